@@ -1,0 +1,1 @@
+"""gRPC helpers shared by every service: servers, channels, chunked tensors, deadlines."""

@@ -1,0 +1,98 @@
+"""One way to run a gRPC service: health, reflection, metrics and graceful shutdown.
+
+Every PowerTrip service serves `grpc.health.v1` and server reflection, exposes Prometheus
+metrics on its own port, and on SIGTERM/SIGINT drains in-flight calls before stopping
+(the shape of grpc/grpc's examples/python/{health_checking,reflection,graceful_shutdown}).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # chunks are <= 1 MiB; headroom for headers
+
+
+class PortInUseError(RuntimeError):
+    """The service could not bind its port."""
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    service_names: tuple[str, ...]
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Report NOT_SERVING, stop taking calls, let in-flight ones finish for `grace_s`."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace_s).wait()
+
+
+def start_server(
+    register: Callable[[grpc.Server], None],
+    service_names: Iterable[str],
+    *,
+    port: int,
+    host: str = "[::]",
+    max_workers: int = 32,
+    credentials: grpc.ServerCredentials | None = None,
+) -> RunningServer:
+    """Build, register and start a server; raise PortInUseError if the port is taken."""
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
+    register(server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(service_names)
+    reflection.enable_server_reflection(
+        (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    try:
+        bound = (
+            server.add_secure_port(address, credentials)
+            if credentials
+            else server.add_insecure_port(address)
+        )
+    except RuntimeError as exc:  # grpcio raises RuntimeError when binding fails
+        raise PortInUseError(f"cannot bind {address}: {exc}") from exc
+    if bound == 0:
+        raise PortInUseError(f"cannot bind {address}: port in use or not permitted")
+    server.start()
+    for name in (*names, ""):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving %s on port %d", ", ".join(names), bound)
+    return RunningServer(server, bound, health_servicer, names)
+
+
+def wait_for_termination(
+    running: RunningServer, grace_s: float = 5.0, stop_event: threading.Event | None = None
+) -> None:
+    """Block until SIGTERM/SIGINT (or `stop_event`), then shut down gracefully."""
+    done = stop_event or threading.Event()
+
+    def _handle(signum, _frame):
+        log.info("signal %s: draining", signal.Signals(signum).name)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _handle)
+    signal.signal(signal.SIGINT, _handle)
+    done.wait()
+    running.stop(grace_s)
+    log.info("stopped")

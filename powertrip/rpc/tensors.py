@@ -1,0 +1,172 @@
+"""Tensors on the wire: raw little-endian bytes in <= 1 MiB chunks with dtype, shape,
+offset and CRC32. Never pickle; never `repeated float`.
+
+`encode_tensors` turns named numpy arrays into TensorChunk messages; `TensorAssembler`
+rebuilds them, checking every field against an expected layout so a malformed stream is
+rejected with a specific reason before anything is aggregated.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from powertrip.v1 import common_pb2
+
+CHUNK_BYTES = 1 << 20
+ALLOWED_DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32", "uint8", "bool"})
+
+
+class TensorStreamError(ValueError):
+    """A tensor stream does not match what was expected. `reason` is a metric label."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def layout_of(arrays: Mapping[str, np.ndarray]) -> list[TensorSpec]:
+    return [TensorSpec(k, str(v.dtype), tuple(int(d) for d in v.shape)) for k, v in arrays.items()]
+
+
+def _little_endian_bytes(array: np.ndarray) -> memoryview:
+    arr = np.ascontiguousarray(array)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def encode_tensors(
+    arrays: Mapping[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[common_pb2.TensorChunk]:
+    """Yield chunks for every tensor in order; an empty tensor still yields one chunk."""
+    count = len(arrays)
+    for index, (name, array) in enumerate(arrays.items()):
+        raw = _little_endian_bytes(array)
+        shape = [int(d) for d in array.shape]
+        dtype = str(array.dtype)
+        offsets = range(0, max(len(raw), 1), chunk_bytes)
+        for offset in offsets:
+            data = bytes(raw[offset : offset + chunk_bytes])
+            yield common_pb2.TensorChunk(
+                name=name,
+                dtype=dtype,
+                shape=shape,
+                offset=offset,
+                data=data,
+                crc32=zlib.crc32(data),
+                tensor_index=index,
+                tensor_count=count,
+            )
+
+
+class TensorAssembler:
+    """Rebuild tensors from chunks, validating against `expected` (or accepting any layout).
+
+    Checks, in order: tensor count, index/order, name, dtype, shape, chunk offset contiguity,
+    CRC32, overrun, and at `finish()` completeness and finite values.
+    """
+
+    def __init__(self, expected: list[TensorSpec] | None = None, max_total_bytes: int | None = None):
+        self.expected = expected
+        self.max_total_bytes = max_total_bytes
+        self.arrays: dict[str, np.ndarray] = {}
+        self._buffers: list[bytearray] = []
+        self._specs: list[TensorSpec] = []
+        self._filled: list[int] = []
+        self.bytes_received = 0
+
+    def add(self, chunk: common_pb2.TensorChunk) -> None:
+        self.bytes_received += len(chunk.data)
+        if self.max_total_bytes is not None and self.bytes_received > self.max_total_bytes:
+            raise TensorStreamError("oversized", f"stream exceeds {self.max_total_bytes} bytes")
+        if self.expected is not None and chunk.tensor_count != len(self.expected):
+            raise TensorStreamError(
+                "tensor_count",
+                f"stream declares {chunk.tensor_count} tensors, the model has {len(self.expected)}",
+            )
+        index = chunk.tensor_index
+        if index == len(self._specs):  # a new tensor starts
+            self._start_tensor(chunk)
+        elif index != len(self._specs) - 1:
+            raise TensorStreamError(
+                "order", f"chunk for tensor {index} arrived while tensor {len(self._specs) - 1} open"
+            )
+        spec = self._specs[index]
+        if chunk.name != spec.name or chunk.dtype != spec.dtype or tuple(chunk.shape) != spec.shape:
+            raise TensorStreamError("layout", f"chunk of {chunk.name!r} changes name/dtype/shape")
+        if chunk.offset != self._filled[index]:
+            raise TensorStreamError(
+                "offset",
+                f"{spec.name}: chunk at offset {chunk.offset}, expected {self._filled[index]}",
+            )
+        end = chunk.offset + len(chunk.data)
+        if end > spec.nbytes:
+            raise TensorStreamError("oversized", f"{spec.name}: data runs past {spec.nbytes} bytes")
+        if zlib.crc32(chunk.data) != chunk.crc32:
+            raise TensorStreamError("checksum", f"{spec.name}: CRC32 mismatch at offset {chunk.offset}")
+        self._buffers[index][chunk.offset : end] = chunk.data
+        self._filled[index] = end
+
+    def _start_tensor(self, chunk: common_pb2.TensorChunk) -> None:
+        if self._specs and self._filled[-1] != self._specs[-1].nbytes:
+            raise TensorStreamError("truncated", f"{self._specs[-1].name} ended early")
+        if chunk.dtype not in ALLOWED_DTYPES:
+            raise TensorStreamError("dtype", f"{chunk.name}: dtype {chunk.dtype!r} not allowed")
+        if any(d < 0 for d in chunk.shape):
+            raise TensorStreamError("shape", f"{chunk.name}: negative dimension {list(chunk.shape)}")
+        spec = TensorSpec(chunk.name, chunk.dtype, tuple(int(d) for d in chunk.shape))
+        if self.expected is not None:
+            want = self.expected[chunk.tensor_index]
+            if spec.name != want.name:
+                raise TensorStreamError("name", f"tensor {chunk.tensor_index} is {spec.name!r}, expected {want.name!r}")
+            if spec.dtype != want.dtype:
+                raise TensorStreamError("dtype", f"{spec.name}: dtype {spec.dtype}, expected {want.dtype}")
+            if spec.shape != want.shape:
+                raise TensorStreamError("shape", f"{spec.name}: shape {list(spec.shape)}, expected {list(want.shape)}")
+        if self.max_total_bytes is not None and spec.nbytes > self.max_total_bytes:
+            raise TensorStreamError("oversized", f"{spec.name}: {spec.nbytes} bytes is too large")
+        self._specs.append(spec)
+        self._buffers.append(bytearray(spec.nbytes))
+        self._filled.append(0)
+
+    def finish(self, check_finite: bool = True) -> dict[str, np.ndarray]:
+        """Return the arrays; raise if anything is missing, short or non-finite."""
+        want = len(self.expected) if self.expected is not None else None
+        if want is not None and len(self._specs) != want:
+            raise TensorStreamError("truncated", f"received {len(self._specs)} of {want} tensors")
+        if not self._specs:
+            raise TensorStreamError("truncated", "no tensors received")
+        out: dict[str, np.ndarray] = {}
+        for spec, buf, filled in zip(self._specs, self._buffers, self._filled, strict=True):
+            if filled != spec.nbytes:
+                raise TensorStreamError("truncated", f"{spec.name}: {filled} of {spec.nbytes} bytes")
+            array = np.frombuffer(buf, dtype=np.dtype(spec.dtype).newbyteorder("<")).reshape(spec.shape)
+            if check_finite and array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise TensorStreamError("non_finite", f"{spec.name}: NaN or Inf values")
+            out[spec.name] = array
+        self.arrays = out
+        return out
+
+
+def decode_tensors(
+    chunks: Iterable[common_pb2.TensorChunk], expected: list[TensorSpec] | None = None
+) -> dict[str, np.ndarray]:
+    assembler = TensorAssembler(expected)
+    for chunk in chunks:
+        assembler.add(chunk)
+    return assembler.finish()

@@ -1,0 +1,146 @@
+"""The time model of the PowerTrip paper (§2-3), as pure functions.
+
+Symbols follow the paper: D_i distance, c propagation speed, B_i bandwidth, M update size,
+tau the modelled local work at full power, p_i the site's power fraction. Everything is in
+SI units (metres, seconds, bytes) except distances, which the paper gives in miles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+METRES_PER_MILE = 1609.344
+SPEED_OF_LIGHT_M_PER_S = 299_792_458.0
+#: Light in optical fibre travels at about 2/3 of c (refractive index ~1.5).
+FIBER_SPEED_M_PER_S = SPEED_OF_LIGHT_M_PER_S * 2.0 / 3.0
+GB = 1e9
+
+
+def propagation_delay_s(distance_miles: float, speed_m_per_s: float = FIBER_SPEED_M_PER_S) -> float:
+    """One-way propagation delay D_i / c."""
+    if distance_miles < 0:
+        raise ValueError(f"distance_miles must be >= 0, got {distance_miles}")
+    return distance_miles * METRES_PER_MILE / speed_m_per_s
+
+
+def comm_time_s(
+    distance_miles: float,
+    bandwidth_bytes_per_s: float,
+    update_size_bytes: float,
+    speed_m_per_s: float = FIBER_SPEED_M_PER_S,
+) -> float:
+    """One-way communication time T_comm,i = D_i / c + M / B_i (paper Eq. 3)."""
+    if bandwidth_bytes_per_s <= 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    if update_size_bytes < 0:
+        raise ValueError(f"update_size_bytes must be >= 0, got {update_size_bytes}")
+    return propagation_delay_s(distance_miles, speed_m_per_s) + update_size_bytes / bandwidth_bytes_per_s
+
+
+def comm_time_from_latency_s(
+    latency_s: float, bandwidth_bytes_per_s: float, update_size_bytes: float
+) -> float:
+    """Eq. 3 when the one-way latency is already known (configured or measured)."""
+    if bandwidth_bytes_per_s <= 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    return latency_s + update_size_bytes / bandwidth_bytes_per_s
+
+
+def effective_gpus(gpus_available: int, spare_power_w: float, gpu_power_w: float) -> int:
+    """N_eff,i(t) = min(N_avail,i, floor(P_spare,i(t) / P_gpu)) (paper Eq. 6)."""
+    if gpu_power_w <= 0:
+        raise ValueError(f"gpu_power_w must be > 0, got {gpu_power_w}")
+    return int(min(gpus_available, math.floor(max(spare_power_w, 0.0) / gpu_power_w)))
+
+
+def power_fraction(gpus_effective: int, gpus_max: int) -> float:
+    """p_i(t) = N_eff,i(t) / N_max,i."""
+    if gpus_max <= 0:
+        raise ValueError(f"gpus_max must be > 0, got {gpus_max}")
+    return gpus_effective / gpus_max
+
+
+def compute_time_s(tau_s: float, power: float) -> float:
+    """Local work at power fraction p takes tau / p (paper §5.1, 'local-steps' work model)."""
+    if power <= 0:
+        raise ValueError(f"power fraction must be > 0, got {power}")
+    return tau_s / power
+
+
+def data_parallel_compute_time_s(total_steps: int, step_time_s: float, powers: Sequence[float]) -> float:
+    """'data-parallel' work model: W steps split in proportion to power, W*tau_step / sum(p)."""
+    total = float(sum(powers))
+    if total <= 0:
+        raise ValueError("the selected sites have no power")
+    return total_steps * step_time_s / total
+
+
+@dataclass(frozen=True)
+class SiteTime:
+    """Where one selected site's round time goes."""
+
+    site_id: str
+    compute_s: float
+    comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """A synchronous round: the straggler sets the pace, everyone else waits."""
+
+    round_time_s: float
+    compute_s: float  # the straggler's compute
+    comm_s: float  # the straggler's communication
+    wait_s: float  # mean idle time of the selected sites
+    straggler: str
+    aggregation_s: float
+
+
+def round_time(sites: Sequence[SiteTime], aggregation_s: float = 0.0) -> RoundTime:
+    """max_{i in S}(compute_i + T_comm,i) + aggregation time (paper Eq. 7, synchronous)."""
+    if not sites:
+        raise ValueError("a round needs at least one site")
+    straggler = max(sites, key=lambda s: (s.total_s, s.site_id))
+    slowest = straggler.total_s
+    wait = float(np.mean([slowest - s.total_s for s in sites]))
+    return RoundTime(
+        round_time_s=slowest + aggregation_s,
+        compute_s=straggler.compute_s,
+        comm_s=straggler.comm_s,
+        wait_s=wait,
+        straggler=straggler.site_id,
+        aggregation_s=aggregation_s,
+    )
+
+
+def estimate_round_time_paper(tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray) -> float:
+    """The paper's estimator (§3.3): T(k) = tau / mean(p_top-k) + max_{i<=k} T_comm,i."""
+    return float(tau_s / np.mean(powers_topk) + np.max(comm_topk))
+
+
+def estimate_round_time_clock(tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray) -> float:
+    """Estimator consistent with the simulated clock: max_{i<=k}(tau / p_i + T_comm,i)."""
+    return float(np.max(tau_s / powers_topk + comm_topk))
+
+
+def prefix_round_time_estimates(
+    tau_s: float, powers_ranked: np.ndarray, comm_ranked: np.ndarray, estimator: str = "paper"
+) -> np.ndarray:
+    """T(k) for every k = 1..N over a ranked list, vectorised (cumulative mean/max)."""
+    powers_ranked = np.asarray(powers_ranked, dtype=np.float64)
+    comm_ranked = np.asarray(comm_ranked, dtype=np.float64)
+    if estimator == "paper":
+        counts = np.arange(1, len(powers_ranked) + 1)
+        mean_p = np.cumsum(powers_ranked) / counts
+        return tau_s / mean_p + np.maximum.accumulate(comm_ranked)
+    if estimator == "clock":
+        return np.maximum.accumulate(tau_s / powers_ranked + comm_ranked)
+    raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")

@@ -1,0 +1,93 @@
+"""Local training and evaluation with torch: what a site does with a task, and how the
+aggregator scores the global model. Pure with respect to their inputs and the seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from powertrip.workloads.base import Workload
+
+
+@dataclass
+class LocalResult:
+    delta: dict[str, torch.Tensor]  # trained - global, per state-dict key
+    num_samples: int
+    mean_loss: float
+    steps: int
+
+
+def site_seed(run_seed: int, round_no: int, site_index: int) -> int:
+    """A seed per (run, round, site) so training is reproducible in any process order."""
+    return int(np.random.SeedSequence([run_seed, round_no, site_index]).generate_state(1)[0])
+
+
+def batch_indices(num_samples: int, steps: int, batch_size: int, seed: int) -> np.ndarray:
+    """Indices of `steps` mini-batches: epochs of seeded permutations, concatenated."""
+    rng = np.random.default_rng(seed)
+    need = steps * batch_size
+    reps = -(-need // max(num_samples, 1))
+    order = np.concatenate([rng.permutation(num_samples) for _ in range(reps)])
+    return order[:need].reshape(steps, batch_size) if num_samples >= batch_size else (
+        order[:need].reshape(steps, batch_size)
+    )
+
+
+def train_local(
+    workload: Workload,
+    model: torch.nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> LocalResult:
+    """Run `steps` SGD steps from the model's current weights; return the delta."""
+    if len(y) == 0:
+        raise ValueError("a site with no training samples cannot train")
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(seed)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = batch_indices(len(y), steps, batch_size, seed)
+    total = 0.0
+    for ix in batches:
+        inputs = workload.inputs(x[ix])
+        targets = workload.targets(y[ix])
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach())
+    delta = {k: (v.detach() - start[k]) for k, v in model.state_dict().items()}
+    model.load_state_dict(start)
+    return LocalResult(delta=delta, num_samples=len(y), mean_loss=total / steps, steps=steps)
+
+
+@torch.no_grad()
+def evaluate(
+    workload: Workload, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 500
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) over the given held-out samples."""
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
+    for start in range(0, len(y), batch_size):
+        inputs = workload.inputs(x[start : start + batch_size])
+        targets = workload.targets(y[start : start + batch_size])
+        logits = model(inputs)
+        loss_sum += float(loss_fn(logits, targets))
+        correct += int((logits.argmax(dim=1) == targets).sum())
+    return correct / len(y), loss_sum / len(y)
+
+
+def eval_subset(num_test: int, max_samples: int, seed: int) -> np.ndarray:
+    """A fixed, seeded subset of held-out indices evaluated every round."""
+    if max_samples <= 0 or max_samples >= num_test:
+        return np.arange(num_test)
+    return np.sort(np.random.default_rng(seed).choice(num_test, size=max_samples, replace=False))

@@ -1,0 +1,69 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TensorChunk(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "offset", "data", "crc32", "tensor_index", "tensor_count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    offset: int
+    data: bytes
+    crc32: int
+    tensor_index: int
+    tensor_count: int
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32: _Optional[int] = ..., tensor_index: _Optional[int] = ..., tensor_count: _Optional[int] = ...) -> None: ...
+
+class SiteProfile(_message.Message):
+    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "power_source", "alive")
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    POWER_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_MILES_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_BANDWIDTH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPUS_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    POWER_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    site_id: str
+    power_fraction: float
+    distance_miles: float
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    measured_latency_s: float
+    measured_bandwidth_bytes_per_s: float
+    gpus_available: int
+    gpus_effective: int
+    power_source: str
+    alive: bool
+    def __init__(self, site_id: _Optional[str] = ..., power_fraction: _Optional[float] = ..., distance_miles: _Optional[float] = ..., latency_s: _Optional[float] = ..., bandwidth_bytes_per_s: _Optional[float] = ..., measured_latency_s: _Optional[float] = ..., measured_bandwidth_bytes_per_s: _Optional[float] = ..., gpus_available: _Optional[int] = ..., gpus_effective: _Optional[int] = ..., power_source: _Optional[str] = ..., alive: bool = ...) -> None: ...
+
+class RoundRecord(_message.Message):
+    __slots__ = ("round", "k", "accuracy", "round_time_s", "predicted_round_time_s", "sim_time_s")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    SIM_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    k: int
+    accuracy: float
+    round_time_s: float
+    predicted_round_time_s: float
+    sim_time_s: float
+    def __init__(self, round: _Optional[int] = ..., k: _Optional[int] = ..., accuracy: _Optional[float] = ..., round_time_s: _Optional[float] = ..., predicted_round_time_s: _Optional[float] = ..., sim_time_s: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,122 @@
+from powertrip.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SelectionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SELECTION_MODE_FEDERATED: _ClassVar[SelectionMode]
+    SELECTION_MODE_CENTRALIZED: _ClassVar[SelectionMode]
+SELECTION_MODE_FEDERATED: SelectionMode
+SELECTION_MODE_CENTRALIZED: SelectionMode
+
+class SelectSitesRequest(_message.Message):
+    __slots__ = ("policy", "params", "sites", "history", "update_size_bytes", "tau_s", "target_accuracy", "seed", "round", "comm_directions", "shadow", "estimator")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAU_S_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    COMM_DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    params: _containers.ScalarMap[str, float]
+    sites: _containers.RepeatedCompositeFieldContainer[_common_pb2.SiteProfile]
+    history: _containers.RepeatedCompositeFieldContainer[_common_pb2.RoundRecord]
+    update_size_bytes: float
+    tau_s: float
+    target_accuracy: float
+    seed: int
+    round: int
+    comm_directions: int
+    shadow: bool
+    estimator: str
+    def __init__(self, policy: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_common_pb2.RoundRecord, _Mapping]]] = ..., update_size_bytes: _Optional[float] = ..., tau_s: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., comm_directions: _Optional[int] = ..., shadow: bool = ..., estimator: _Optional[str] = ...) -> None: ...
+
+class SiteScore(_message.Message):
+    __slots__ = ("site_id", "score")
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    site_id: str
+    score: float
+    def __init__(self, site_id: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class ShadowDecision(_message.Message):
+    __slots__ = ("policy", "k", "predicted_round_time_s", "site_ids")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    k: int
+    predicted_round_time_s: float
+    site_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, policy: _Optional[str] = ..., k: _Optional[int] = ..., predicted_round_time_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Selection(_message.Message):
+    __slots__ = ("policy", "site_ids", "k", "scores", "predicted_round_time_s", "explanation", "mode", "power_cap", "shadows", "stop")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    POWER_CAP_FIELD_NUMBER: _ClassVar[int]
+    SHADOWS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    site_ids: _containers.RepeatedScalarFieldContainer[str]
+    k: int
+    scores: _containers.RepeatedCompositeFieldContainer[SiteScore]
+    predicted_round_time_s: float
+    explanation: str
+    mode: SelectionMode
+    power_cap: float
+    shadows: _containers.RepeatedCompositeFieldContainer[ShadowDecision]
+    stop: bool
+    def __init__(self, policy: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[SiteScore, _Mapping]]] = ..., predicted_round_time_s: _Optional[float] = ..., explanation: _Optional[str] = ..., mode: _Optional[_Union[SelectionMode, str]] = ..., power_cap: _Optional[float] = ..., shadows: _Optional[_Iterable[_Union[ShadowDecision, _Mapping]]] = ..., stop: bool = ...) -> None: ...
+
+class ListPoliciesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PolicyInfo(_message.Message):
+    __slots__ = ("name", "summary", "default_params")
+    class DefaultParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    summary: str
+    default_params: _containers.ScalarMap[str, float]
+    def __init__(self, name: _Optional[str] = ..., summary: _Optional[str] = ..., default_params: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class ListPoliciesResponse(_message.Message):
+    __slots__ = ("policies",)
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    policies: _containers.RepeatedCompositeFieldContainer[PolicyInfo]
+    def __init__(self, policies: _Optional[_Iterable[_Union[PolicyInfo, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,50 @@
+from powertrip.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetProfilesRequest(_message.Message):
+    __slots__ = ("at_s", "site_ids")
+    AT_S_FIELD_NUMBER: _ClassVar[int]
+    SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    at_s: float
+    site_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, at_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetProfilesResponse(_message.Message):
+    __slots__ = ("sites", "power_mode", "seed")
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    POWER_MODE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    sites: _containers.RepeatedCompositeFieldContainer[_common_pb2.SiteProfile]
+    power_mode: str
+    seed: int
+    def __init__(self, sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., power_mode: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class Telemetry(_message.Message):
+    __slots__ = ("site_id", "worker_id", "power_draw_w", "step_time_s", "bytes_up", "bytes_down", "energy_j")
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    POWER_DRAW_W_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_UP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DOWN_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_J_FIELD_NUMBER: _ClassVar[int]
+    site_id: str
+    worker_id: str
+    power_draw_w: float
+    step_time_s: float
+    bytes_up: int
+    bytes_down: int
+    energy_j: float
+    def __init__(self, site_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., power_draw_w: _Optional[float] = ..., step_time_s: _Optional[float] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., energy_j: _Optional[float] = ...) -> None: ...
+
+class TelemetryAck(_message.Message):
+    __slots__ = ("ok",)
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    def __init__(self, ok: bool = ...) -> None: ...

@@ -1,0 +1,45 @@
+"""Workload registry: a workload is one module here plus one entry below."""
+
+from __future__ import annotations
+
+from powertrip.workloads.base import (
+    DataError,
+    Dataset,
+    Partition,
+    Split,
+    Workload,
+    WorkloadDefaults,
+)
+from powertrip.workloads.femnist import FemnistWorkload
+from powertrip.workloads.synthetic import SyntheticWorkload
+
+REGISTRY: dict[str, type[Workload]] = {
+    "femnist": FemnistWorkload,
+    "synthetic": SyntheticWorkload,
+}
+
+
+class UnknownWorkload(ValueError):
+    pass
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return REGISTRY[name]()
+    except KeyError:
+        raise UnknownWorkload(
+            f"unknown workload {name!r}; valid workloads: {', '.join(sorted(REGISTRY))}"
+        ) from None
+
+
+__all__ = [
+    "REGISTRY",
+    "DataError",
+    "Dataset",
+    "Partition",
+    "Split",
+    "UnknownWorkload",
+    "Workload",
+    "WorkloadDefaults",
+    "get_workload",
+]
