@@ -38,7 +38,10 @@ def comm_time_s(
         raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
     if update_size_bytes < 0:
         raise ValueError(f"update_size_bytes must be >= 0, got {update_size_bytes}")
-    return propagation_delay_s(distance_miles, speed_m_per_s) + update_size_bytes / bandwidth_bytes_per_s
+    return (
+        propagation_delay_s(distance_miles, speed_m_per_s)
+        + update_size_bytes / bandwidth_bytes_per_s
+    )
 
 
 def comm_time_from_latency_s(
@@ -71,7 +74,9 @@ def compute_time_s(tau_s: float, power: float) -> float:
     return tau_s / power
 
 
-def data_parallel_compute_time_s(total_steps: int, step_time_s: float, powers: Sequence[float]) -> float:
+def data_parallel_compute_time_s(
+    total_steps: int, step_time_s: float, powers: Sequence[float]
+) -> float:
     """'data-parallel' work model: W steps split in proportion to power, W*tau_step / sum(p)."""
     total = float(sum(powers))
     if total <= 0:
@@ -121,12 +126,16 @@ def round_time(sites: Sequence[SiteTime], aggregation_s: float = 0.0) -> RoundTi
     )
 
 
-def estimate_round_time_paper(tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray) -> float:
+def estimate_round_time_paper(
+    tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray
+) -> float:
     """The paper's estimator (§3.3): T(k) = tau / mean(p_top-k) + max_{i<=k} T_comm,i."""
     return float(tau_s / np.mean(powers_topk) + np.max(comm_topk))
 
 
-def estimate_round_time_clock(tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray) -> float:
+def estimate_round_time_clock(
+    tau_s: float, powers_topk: np.ndarray, comm_topk: np.ndarray
+) -> float:
     """Estimator consistent with the simulated clock: max_{i<=k}(tau / p_i + T_comm,i)."""
     return float(np.max(tau_s / powers_topk + comm_topk))
 

@@ -30,9 +30,7 @@ def batch_indices(num_samples: int, steps: int, batch_size: int, seed: int) -> n
     need = steps * batch_size
     reps = -(-need // max(num_samples, 1))
     order = np.concatenate([rng.permutation(num_samples) for _ in range(reps)])
-    return order[:need].reshape(steps, batch_size) if num_samples >= batch_size else (
-        order[:need].reshape(steps, batch_size)
-    )
+    return order[:need].reshape(steps, batch_size)
 
 
 def train_local(

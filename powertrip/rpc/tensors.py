@@ -81,7 +81,9 @@ class TensorAssembler:
     CRC32, overrun, and at `finish()` completeness and finite values.
     """
 
-    def __init__(self, expected: list[TensorSpec] | None = None, max_total_bytes: int | None = None):
+    def __init__(
+        self, expected: list[TensorSpec] | None = None, max_total_bytes: int | None = None
+    ):
         self.expected = expected
         self.max_total_bytes = max_total_bytes
         self.arrays: dict[str, np.ndarray] = {}
@@ -104,7 +106,8 @@ class TensorAssembler:
             self._start_tensor(chunk)
         elif index != len(self._specs) - 1:
             raise TensorStreamError(
-                "order", f"chunk for tensor {index} arrived while tensor {len(self._specs) - 1} open"
+                "order",
+                f"chunk for tensor {index} arrived while tensor {len(self._specs) - 1} open",
             )
         spec = self._specs[index]
         if chunk.name != spec.name or chunk.dtype != spec.dtype or tuple(chunk.shape) != spec.shape:
@@ -118,7 +121,9 @@ class TensorAssembler:
         if end > spec.nbytes:
             raise TensorStreamError("oversized", f"{spec.name}: data runs past {spec.nbytes} bytes")
         if zlib.crc32(chunk.data) != chunk.crc32:
-            raise TensorStreamError("checksum", f"{spec.name}: CRC32 mismatch at offset {chunk.offset}")
+            raise TensorStreamError(
+                "checksum", f"{spec.name}: CRC32 mismatch at offset {chunk.offset}"
+            )
         self._buffers[index][chunk.offset : end] = chunk.data
         self._filled[index] = end
 
@@ -128,16 +133,24 @@ class TensorAssembler:
         if chunk.dtype not in ALLOWED_DTYPES:
             raise TensorStreamError("dtype", f"{chunk.name}: dtype {chunk.dtype!r} not allowed")
         if any(d < 0 for d in chunk.shape):
-            raise TensorStreamError("shape", f"{chunk.name}: negative dimension {list(chunk.shape)}")
+            raise TensorStreamError(
+                "shape", f"{chunk.name}: negative dimension {list(chunk.shape)}"
+            )
         spec = TensorSpec(chunk.name, chunk.dtype, tuple(int(d) for d in chunk.shape))
         if self.expected is not None:
             want = self.expected[chunk.tensor_index]
             if spec.name != want.name:
-                raise TensorStreamError("name", f"tensor {chunk.tensor_index} is {spec.name!r}, expected {want.name!r}")
+                raise TensorStreamError(
+                    "name", f"tensor {chunk.tensor_index} is {spec.name!r}, expected {want.name!r}"
+                )
             if spec.dtype != want.dtype:
-                raise TensorStreamError("dtype", f"{spec.name}: dtype {spec.dtype}, expected {want.dtype}")
+                raise TensorStreamError(
+                    "dtype", f"{spec.name}: dtype {spec.dtype}, expected {want.dtype}"
+                )
             if spec.shape != want.shape:
-                raise TensorStreamError("shape", f"{spec.name}: shape {list(spec.shape)}, expected {list(want.shape)}")
+                raise TensorStreamError(
+                    "shape", f"{spec.name}: shape {list(spec.shape)}, expected {list(want.shape)}"
+                )
         if self.max_total_bytes is not None and spec.nbytes > self.max_total_bytes:
             raise TensorStreamError("oversized", f"{spec.name}: {spec.nbytes} bytes is too large")
         self._specs.append(spec)
@@ -154,8 +167,12 @@ class TensorAssembler:
         out: dict[str, np.ndarray] = {}
         for spec, buf, filled in zip(self._specs, self._buffers, self._filled, strict=True):
             if filled != spec.nbytes:
-                raise TensorStreamError("truncated", f"{spec.name}: {filled} of {spec.nbytes} bytes")
-            array = np.frombuffer(buf, dtype=np.dtype(spec.dtype).newbyteorder("<")).reshape(spec.shape)
+                raise TensorStreamError(
+                    "truncated", f"{spec.name}: {filled} of {spec.nbytes} bytes"
+                )
+            array = np.frombuffer(buf, dtype=np.dtype(spec.dtype).newbyteorder("<")).reshape(
+                spec.shape
+            )
             if check_finite and array.dtype.kind == "f" and not np.isfinite(array).all():
                 raise TensorStreamError("non_finite", f"{spec.name}: NaN or Inf values")
             out[spec.name] = array

@@ -86,6 +86,16 @@ class Workload(ABC):
     def data_dir(self, data_dir: str | Path | None) -> Path:
         return Path(data_dir) if data_dir else default_data_root() / self.data_subdir
 
+    def check_data(self, data_dir: str | Path | None = None) -> None:
+        """Cheap early check (before services start) that the data directory exists."""
+        if self.data_subdir or data_dir:
+            path = self.data_dir(data_dir)
+            if not path.is_dir():
+                raise DataError(
+                    f"{self.name} data not found: looked in {path}. See README.md (Data) for how "
+                    "to get it; pass --data-dir or set POWERTRIP_DATA_DIR if it lives elsewhere."
+                )
+
     @abstractmethod
     def load(self, data_dir: str | Path | None = None, seed: int = 0) -> Dataset:
         """Read (or generate) the data; raise DataError naming the file and how to get it."""
@@ -138,9 +148,7 @@ def partition_by_user(users: np.ndarray, num_sites: int, seed: int) -> Partition
             site = int(np.argmin(load))
             site_users[site].append(int(unique[pos]))
             load[site] += counts[pos]
-        site_indices = [
-            np.sort(np.concatenate([by_user[u] for u in us])) for us in site_users
-        ]
+        site_indices = [np.sort(np.concatenate([by_user[u] for u in us])) for us in site_users]
         note = (
             f"{len(unique)} users grouped into {num_sites} sites "
             f"({len(unique) / num_sites:.1f} users per site on average)"

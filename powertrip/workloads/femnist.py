@@ -50,7 +50,9 @@ class FemnistWorkload(Workload):
             raise DataError(f"{path} is unreadable or truncated: {exc}") from exc
         n = len(labels)
         if images.shape != (n, 28, 28) or len(writer) != n or len(split) != n:
-            raise DataError(f"{path}: inconsistent array shapes (images {images.shape}, {n} labels)")
+            raise DataError(
+                f"{path}: inconsistent array shapes (images {images.shape}, {n} labels)"
+            )
         if labels.min() < 0 or labels.max() >= NUM_CLASSES:
             raise DataError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
         # LEAF stores white background (255) with dark ink; the CNN wants ink = 1.0.

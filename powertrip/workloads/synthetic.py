@@ -57,6 +57,4 @@ class SyntheticWorkload(Workload):
     def build_model(self):
         from torch import nn
 
-        return nn.Sequential(
-            nn.Linear(NUM_FEATURES, 64), nn.ReLU(), nn.Linear(64, NUM_CLASSES)
-        )
+        return nn.Sequential(nn.Linear(NUM_FEATURES, 64), nn.ReLU(), nn.Linear(64, NUM_CLASSES))

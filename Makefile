@@ -1,0 +1,31 @@
+# PowerTrip: `make demo` and `make test` are the two commands a newcomer needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_OUT ?= runs/demo
+
+.PHONY: setup demo test lint proto clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install powertrip into it (no-op when up to date)
+
+demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
+	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT)
+
+test: setup  ## the whole test suite
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+
+proto: setup  ## regenerate the committed stubs in powertrip/v1 from proto/
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. proto/powertrip/v1/*.proto
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

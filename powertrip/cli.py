@@ -1,0 +1,160 @@
+"""`powertrip`: run, compare, sweep, report, list policies, serve a service."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from powertrip.config import ConfigError, RunConfig
+
+SERVICES = ("aggregator", "site_worker", "profiler", "policy")
+EXIT_USAGE = 2
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="run configuration YAML (flags override it)")
+    parser.add_argument("--workload", help="femnist | synthetic | ... (see `powertrip data info`)")
+    parser.add_argument("--sites", type=int, dest="num_sites", help="number of sites (default 100)")
+    parser.add_argument("--max-rounds", type=int, help="round limit (default 100)")
+    parser.add_argument("--max-sim-hours", type=float, help="stop after this much simulated time")
+    parser.add_argument("--target-accuracy", type=float, help="stop at this held-out accuracy")
+    parser.add_argument("--update-size-gb", type=float, help="emulated update size M in GB")
+    parser.add_argument("--seed", type=int, help="seed for sites, data split and training")
+    parser.add_argument("--clock", choices=("simulated", "wall"), help="time source")
+    parser.add_argument("--estimator", choices=("paper", "clock"), help="round-time estimator")
+    parser.add_argument("--workers", type=int, help="site-worker processes (default 2)")
+    parser.add_argument("--data-dir", help="data directory for the workload")
+    parser.add_argument("--out", default=None, help="output directory")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="powertrip",
+        description="PowerTrip: choose which and how many geo-distributed sites train each round.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one experiment (starts all services locally)")
+    _add_run_options(run)
+    run.add_argument("--policy", help="site-selection policy (see `powertrip policies`)")
+    run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="policy parameter, e.g. --param k=20 (repeatable)",
+    )
+
+    compare = sub.add_parser("compare", help="run several policies on identical sites and seed")
+    _add_run_options(compare)
+    compare.add_argument(
+        "--policies", help="comma-separated policy names (default: the paper's set)"
+    )
+    compare.add_argument(
+        "--budget-factor",
+        type=float,
+        default=None,
+        help="stop a policy once its simulated time exceeds this multiple of the best "
+        "time-to-target so far (default 3; 0 = no cut-off)",
+    )
+
+    sweep = sub.add_parser("sweep", help="static-k sweep (paper Fig. 8): finds k*")
+    _add_run_options(sweep)
+    sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
+
+    report = sub.add_parser("report", help="render plots and report.html for a finished directory")
+    report.add_argument("dir")
+
+    sub.add_parser("policies", help="list the site-selection policies")
+
+    serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
+    serve.add_argument("service", choices=SERVICES)
+    serve.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> RunConfig:
+    config = RunConfig.from_yaml(args.config) if args.config else RunConfig()
+    overrides = {
+        name: getattr(args, name, None)
+        for name in (
+            "workload",
+            "num_sites",
+            "max_rounds",
+            "max_sim_hours",
+            "target_accuracy",
+            "update_size_gb",
+            "seed",
+            "clock",
+            "estimator",
+            "workers",
+            "data_dir",
+        )
+    }
+    overrides["policy"] = getattr(args, "policy", None)
+    config = config.with_overrides(**overrides)
+    for item in getattr(args, "param", []) or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
+        try:
+            config.policy_params[name.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"--param {name}: {value!r} is not a number") from None
+    return config.validate()
+
+
+def _resolve_workload(config: RunConfig) -> RunConfig:
+    from powertrip.workloads import get_workload
+
+    workload = get_workload(config.workload)
+    workload.check_data(config.data_dir)
+    return config.resolved(workload.defaults)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
+    if args.command == "policies":
+        return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
+    if args.command == "report":
+        from powertrip.report import render
+
+        path = render(Path(args.dir))
+        print(f"report: {path}")
+        return 0
+    from powertrip.experiments import commands
+    from powertrip.experiments.runner import RunError
+    from powertrip.workloads import DataError, UnknownWorkload
+
+    try:
+        config = load_config(args)
+        config = _resolve_workload(config)
+        if args.command == "run":
+            return commands.run(config, args)
+        if args.command == "compare":
+            return commands.compare(config, args)
+        if args.command == "sweep":
+            return commands.sweep(config, args)
+    except (ConfigError, UnknownWorkload, commands.UnknownPolicy) as exc:
+        print(f"powertrip: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DataError as exc:
+        print(f"powertrip: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunError as exc:
+        print(f"powertrip: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("powertrip: interrupted; services stopped", file=sys.stderr)
+        return 130
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

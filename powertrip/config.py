@@ -1,0 +1,225 @@
+"""The run configuration: one dataclass, loaded from YAML and/or flags, validated with
+messages that name the field and the allowed values, and written back fully resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CLOCKS = ("simulated", "wall")
+WORK_MODELS = ("local-steps", "data-parallel")
+ESTIMATORS = ("paper", "clock")
+POWER_MODES = ("uniform",)
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field."""
+
+
+@dataclass
+class RunConfig:
+    policy: str = "powertrip"
+    policy_params: dict[str, float] = field(default_factory=dict)
+    workload: str = "femnist"
+    num_sites: int = 100
+    max_rounds: int = 100
+    #: stop a run once its simulated time passes this many hours (0 = no limit)
+    max_sim_hours: float = 0.0
+    target_accuracy: float | None = None  # None: the workload's default
+    update_size_gb: float | None = None  # emulated M; None: the workload's default
+    seed: int = 0
+    clock: str = "simulated"
+    work_model: str = "local-steps"
+    estimator: str = "paper"
+    comm_directions: int = 2
+    aggregation_s: float = 1.0
+    power: str = "uniform"
+    lr: float | None = None
+    batch_size: int | None = None
+    local_steps: int | None = None
+    tau_s: float | None = None
+    eval_samples: int | None = None
+    min_distance_miles: float = 100.0
+    max_distance_miles: float = 10_000.0
+    reference_bandwidth_gbps: float = 10.0  # at 100 miles; bandwidth ~ 1/distance
+    workers: int = 2  # site-worker processes in the embedded deployment
+    threads_per_worker: int = 1
+    round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
+    data_dir: str | None = None
+    shadow: bool = True
+    checkpoint: bool = True
+
+    # ---- loading -----------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str = "config") -> RunConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{source}: expected a mapping of settings, got {type(data).__name__}"
+            )
+        unknown = sorted(set(data) - set(cls.field_names()))
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys: "
+                f"{', '.join(cls.field_names())}"
+            )
+        config = cls()
+        for key, value in data.items():
+            setattr(config, key, _coerce(key, value, source))
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> RunConfig:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        return cls.from_mapping(data, source=str(path))
+
+    def with_overrides(self, **overrides: Any) -> RunConfig:
+        config = dataclasses.replace(self)
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(config, key, _coerce(key, value, "command line"))
+        return config
+
+    # ---- validation --------------------------------------------------------------------
+    def validate(self) -> RunConfig:
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise ConfigError(f"{name}: {message}")
+
+        need(self.num_sites >= 1, "num_sites (--sites)", f"must be >= 1, got {self.num_sites}")
+        need(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
+        need(self.max_sim_hours >= 0, "max_sim_hours", f"must be >= 0, got {self.max_sim_hours}")
+        if self.target_accuracy is not None:
+            need(
+                0 < self.target_accuracy <= 1,
+                "target_accuracy",
+                f"must be in (0, 1], got {self.target_accuracy}",
+            )
+        if self.update_size_gb is not None:
+            need(
+                self.update_size_gb > 0, "update_size_gb", f"must be > 0, got {self.update_size_gb}"
+            )
+        need(self.clock in CLOCKS, "clock", f"{self.clock!r} is not one of {', '.join(CLOCKS)}")
+        need(
+            self.work_model in WORK_MODELS,
+            "work_model",
+            f"{self.work_model!r} is not one of {', '.join(WORK_MODELS)}",
+        )
+        need(
+            self.estimator in ESTIMATORS,
+            "estimator",
+            f"{self.estimator!r} is not one of {', '.join(ESTIMATORS)}",
+        )
+        need(
+            self.power in POWER_MODES,
+            "power",
+            f"{self.power!r} is not one of {', '.join(POWER_MODES)}",
+        )
+        need(self.comm_directions in (1, 2), "comm_directions", "must be 1 (upload) or 2 (both)")
+        need(self.aggregation_s >= 0, "aggregation_s", f"must be >= 0, got {self.aggregation_s}")
+        need(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        for name in ("lr", "tau_s"):
+            value = getattr(self, name)
+            if value is not None:
+                need(value > 0, name, f"must be > 0, got {value}")
+        for name in ("batch_size", "local_steps", "eval_samples"):
+            value = getattr(self, name)
+            if value is not None:
+                need(value >= 1, name, f"must be >= 1, got {value}")
+        need(
+            0 <= self.min_distance_miles <= self.max_distance_miles,
+            "min_distance_miles",
+            "must satisfy 0 <= min_distance_miles <= max_distance_miles",
+        )
+        need(
+            self.reference_bandwidth_gbps > 0,
+            "reference_bandwidth_gbps",
+            f"must be > 0, got {self.reference_bandwidth_gbps}",
+        )
+        need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
+        need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")
+        for key, value in self.policy_params.items():
+            need(isinstance(value, int | float), f"policy_params.{key}", "must be a number")
+        return self
+
+    def resolved(self, defaults: Any) -> RunConfig:
+        """Fill workload defaults (a WorkloadDefaults) into the unset fields."""
+        config = dataclasses.replace(self, policy_params=dict(self.policy_params))
+        if config.target_accuracy is None:
+            config.target_accuracy = defaults.target_accuracy
+        if config.update_size_gb is None:
+            config.update_size_gb = defaults.update_size_bytes / 1e9
+        for name in ("lr", "batch_size", "local_steps", "tau_s", "eval_samples"):
+            if getattr(config, name) is None:
+                setattr(config, name, getattr(defaults, name))
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def write_yaml(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @property
+    def update_size_bytes(self) -> float:
+        if self.update_size_gb is None:
+            raise ConfigError("update_size_gb is not resolved yet")
+        return self.update_size_gb * 1e9
+
+
+_TYPES: dict[str, Any] = {f.name: f.type for f in fields(RunConfig)}
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    """Check the type of one setting; ints are accepted where floats are expected."""
+    kind = _TYPES[key]
+    optional = "None" in kind
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{source}: {key} must not be empty")
+    base = kind.replace(" | None", "")
+    try:
+        if base == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if base == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if base == "bool":
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "yes", "1", "on"):
+                return True
+            if str(value).lower() in ("false", "no", "0", "off"):
+                return False
+            raise TypeError
+        if base == "str":
+            if not isinstance(value, str | int | float):
+                raise TypeError
+            return str(value)
+        if base.startswith("dict"):
+            if not isinstance(value, dict):
+                raise TypeError
+            return {str(k): float(v) for k, v in value.items()}
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: {key} must be of type {base}, got {value!r}") from None
+    return value

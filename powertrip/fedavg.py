@@ -1,0 +1,94 @@
+"""FedAvg as pure functions over numpy arrays (paper Eq. 2, weights = sample counts).
+
+`StreamingFedAvg` accumulates deltas as they arrive so the aggregator holds O(model)
+memory instead of O(sites x model). To stay bit-for-bit deterministic whatever order
+uploads arrive in, it adds deltas in a fixed order (the dispatch order) and parks only the
+ones that arrive early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def weighted_average(
+    deltas: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
+) -> dict[str, np.ndarray]:
+    """sum_i w_i * delta_i / sum_i w_i, computed in float64, returned in the input dtype."""
+    if not deltas:
+        raise ValueError("nothing to aggregate")
+    if len(deltas) != len(weights):
+        raise ValueError("one weight per delta")
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError("weights must sum to a positive number")
+    out: dict[str, np.ndarray] = {}
+    for key, first in deltas[0].items():
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for delta, weight in zip(deltas, weights, strict=True):
+            acc += delta[key].astype(np.float64, copy=False) * (weight / total)
+        out[key] = acc.astype(first.dtype)
+    return out
+
+
+def apply_delta(
+    weights: Mapping[str, np.ndarray], delta: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """w_{t+1} = w_t + aggregated delta."""
+    return {k: (v + delta[k].astype(v.dtype, copy=False)) for k, v in weights.items()}
+
+
+class StreamingFedAvg:
+    """Accumulate weighted deltas in a fixed order with a small reorder buffer."""
+
+    def __init__(self, order: Sequence[str], template: Mapping[str, np.ndarray]):
+        self.order = list(order)
+        self._position = {site: i for i, site in enumerate(self.order)}
+        self._template = {k: (v.shape, v.dtype) for k, v in template.items()}
+        self._acc = {k: np.zeros(v.shape, dtype=np.float64) for k, v in template.items()}
+        self._weight = 0.0
+        self._next = 0
+        self._parked: dict[int, tuple[Mapping[str, np.ndarray], float]] = {}
+        self._skipped: set[int] = set()
+        self.contributors: list[str] = []
+
+    def add(self, site: str, delta: Mapping[str, np.ndarray], weight: float) -> None:
+        if site not in self._position:
+            raise KeyError(f"{site} is not part of this round")
+        if weight <= 0:
+            raise ValueError("weight must be > 0")
+        self._parked[self._position[site]] = (delta, float(weight))
+        self._drain()
+
+    def skip(self, site: str) -> None:
+        """The site will not contribute (failed or timed out); stop waiting for it."""
+        self._skipped.add(self._position[site])
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._next < len(self.order):
+            if self._next in self._parked:
+                delta, weight = self._parked.pop(self._next)
+                for key, acc in self._acc.items():
+                    acc += delta[key].astype(np.float64, copy=False) * weight
+                self._weight += weight
+                self.contributors.append(self.order[self._next])
+            elif self._next not in self._skipped:
+                return
+            self._next += 1
+
+    @property
+    def parked(self) -> int:
+        return len(self._parked)
+
+    def result(self) -> dict[str, np.ndarray]:
+        """Weighted mean of the contributed deltas (all expected sites added or skipped)."""
+        if self._next < len(self.order):
+            raise RuntimeError(f"still waiting for {self.order[self._next]}")
+        if self._weight <= 0:
+            raise RuntimeError("no site contributed to this round")
+        return {
+            k: (acc / self._weight).astype(self._template[k][1]) for k, acc in self._acc.items()
+        }

@@ -1,0 +1,1 @@
+"""Aggregator service: the global model and the round loop."""

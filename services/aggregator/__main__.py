@@ -1,0 +1,90 @@
+"""`python -m services.aggregator --port 50051 --config run.yaml --out DIR`"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from powertrip.config import ConfigError, RunConfig
+from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.v1 import aggregator_pb2_grpc
+from powertrip.workloads import DataError, UnknownWorkload, get_workload
+from services.aggregator.config import AggregatorConfig
+from services.aggregator.logic import RoundLoop, all_site_ids, run_spec
+from services.aggregator.servicer import SERVICE_NAME, AggregatorMetrics, AggregatorServicer
+from services.aggregator.state import AggregatorState
+
+SPEC = ServiceSpec("aggregator", 50051, "PowerTrip aggregator: global model and round loop")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(SPEC)
+    parser.add_argument("--profiler", default="localhost:50052", help="profiler host:port")
+    parser.add_argument("--policy", default="localhost:50053", help="policy host:port")
+    parser.add_argument("--out", default="runs/latest", help="run output directory")
+    parser.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="stop serving once the run has finished (the embedded CLI uses this)",
+    )
+    parser.add_argument("--register-timeout-s", type=float, default=300.0)
+    parser.add_argument("--join-token", default="", help="token workers must present to register")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, SPEC.name)
+    try:
+        run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
+        run.validate()
+        workload = get_workload(run.workload)
+        run = run.resolved(workload.defaults)
+    except (ConfigError, UnknownWorkload) as exc:
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 2
+    config = AggregatorConfig(
+        run=run,
+        profiler=args.profiler,
+        policy=args.policy,
+        out_dir=Path(args.out),
+        register_timeout_s=args.register_timeout_s,
+        exit_when_done=args.exit_when_done,
+        join_token=args.join_token,
+    )
+    registry = CollectorRegistry()
+    metrics = AggregatorMetrics(registry)
+    state = AggregatorState(all_site_ids(run.num_sites))
+    loop = RoundLoop(config, state, metrics)
+    try:
+        loop.prepare()
+    except DataError as exc:
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 2
+    servicer = AggregatorServicer(state, run_spec(config), metrics, join_token=args.join_token)
+    stop = threading.Event()
+
+    def start_loop(_running) -> None:
+        def body() -> None:
+            loop.execute()
+            if config.exit_when_done:
+                # let workers see `shutdown` on their next poll before we drain
+                threading.Timer(1.5, stop.set).start()
+
+        threading.Thread(target=body, name="round-loop", daemon=True).start()
+
+    code = serve(
+        SPEC,
+        args,
+        lambda server: aggregator_pb2_grpc.add_AggregatorServicer_to_server(servicer, server),
+        [SERVICE_NAME],
+        registry,
+        on_started=start_loop,
+        stop_event=stop,
+    )
+    if code == 0 and loop.result.stopped_reason == "failed":
+        return 3
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

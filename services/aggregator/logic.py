@@ -1,0 +1,441 @@
+"""The round loop: ask the policy, dispatch, collect, FedAvg, evaluate, advance the clock.
+
+Runs in its own thread beside the gRPC handlers; talks to the profiler and the policy
+only over gRPC. Time comes from the model (paper §2-3) on the simulated clock, or from
+real elapsed time on the wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+import torch
+
+from powertrip.fedavg import StreamingFedAvg, apply_delta
+from powertrip.profiles import site_id as make_site_id
+from powertrip.profiles import site_index
+from powertrip.rpc.channels import open_channel
+from powertrip.timemodel import SiteTime, comm_time_from_latency_s, compute_time_s, round_time
+from powertrip.training import eval_subset, evaluate, site_seed
+from powertrip.v1 import (
+    aggregator_pb2,
+    common_pb2,
+    policy_pb2,
+    policy_pb2_grpc,
+    profiler_pb2,
+    profiler_pb2_grpc,
+)
+from powertrip.workloads import get_workload
+from services.aggregator.config import AggregatorConfig
+from services.aggregator.records import RoundRow, RunRecorder
+from services.aggregator.servicer import AggregatorMetrics
+from services.aggregator.state import AggregatorState, RoundInProgress
+
+log = logging.getLogger("aggregator")
+RPC_RETRIES = 5
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class LoopResult:
+    rounds: int = 0
+    sim_time_s: float = 0.0
+    accuracy: float = 0.0
+    best_accuracy: float = 0.0
+    time_to_target_s: float | None = None
+    stopped_reason: str = ""
+    history: list[common_pb2.RoundRecord] = field(default_factory=list)
+
+
+def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
+    run = config.run
+    return aggregator_pb2.RunSpec(
+        run_id=config.out_dir.name,
+        workload=run.workload,
+        num_sites=run.num_sites,
+        seed=run.seed,
+        lr=run.lr,
+        batch_size=run.batch_size,
+        local_steps=run.local_steps,
+        data_dir=run.data_dir or "",
+    )
+
+
+def initial_weights(workload, seed: int) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    model = workload.build_model()
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _retry(call, what: str):
+    """Call a dependency with exponential backoff; the run never dies on one blip."""
+    delay = 0.2
+    for attempt in range(RPC_RETRIES):
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
+                raise RunFailed(f"{what}: {exc.details()}") from None
+            if attempt == RPC_RETRIES - 1:
+                raise RunFailed(
+                    f"{what} unavailable after {RPC_RETRIES} tries: {exc.code().name}"
+                ) from None
+            log.warning("%s failed (%s); retrying in %.1fs", what, exc.code().name, delay)
+            time.sleep(delay)
+            delay *= 2
+
+
+class RoundLoop:
+    def __init__(
+        self, config: AggregatorConfig, state: AggregatorState, metrics: AggregatorMetrics
+    ):
+        self.config = config
+        self.run = config.run
+        self.state = state
+        self.metrics = metrics
+        self.workload = get_workload(self.run.workload)
+        self.recorder = RunRecorder(config.out_dir)
+        self.result = LoopResult()
+        torch.set_num_threads(max(1, self.run.threads_per_worker))
+
+    # ---- set-up ------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Load held-out data and the initial model before any worker is served."""
+        dataset = self.workload.load(self.run.data_dir, self.run.seed)
+        ix = eval_subset(len(dataset.test), self.run.eval_samples, self.run.seed)
+        self.eval_x, self.eval_y = dataset.test.x[ix], dataset.test.y[ix]
+        self.model = self.workload.build_model()
+        self.state.set_model(initial_weights(self.workload, self.run.seed), version=0)
+        self.run.write_yaml(self.config.out_dir / "config.yaml")
+
+    def wait_for_sites(self) -> None:
+        deadline = time.monotonic() + self.config.register_timeout_s
+        with self.state.lock:
+            ok = self.state.changed.wait_for(
+                lambda: len(self.state.site_owner) >= self.run.num_sites,
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+        if not ok:
+            raise RunFailed(
+                f"only {self.state.registered_count()} of {self.run.num_sites} sites registered "
+                f"within {self.config.register_timeout_s:.0f}s"
+            )
+
+    # ---- one round ---------------------------------------------------------------------
+    def select(self, round_no: int, profiles) -> policy_pb2.Selection:
+        request = policy_pb2.SelectSitesRequest(
+            policy=self.run.policy,
+            params=self.run.policy_params,
+            sites=profiles,
+            history=self.result.history,
+            update_size_bytes=self.run.update_size_bytes,
+            tau_s=self.run.tau_s,
+            target_accuracy=self.run.target_accuracy,
+            seed=self.run.seed,
+            round=round_no,
+            comm_directions=self.run.comm_directions,
+            shadow=self.run.shadow,
+            estimator=self.run.estimator,
+        )
+        return _retry(lambda: self.policy.SelectSites(request, timeout=30), "policy.SelectSites")
+
+    def dispatch(self, round_no: int, selection: policy_pb2.Selection) -> RoundInProgress:
+        version = self.state.model_version
+        pooled = selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED
+        tasks = {}
+        for site in selection.site_ids:
+            task_id = f"r{round_no}-{site}"
+            tasks[task_id] = aggregator_pb2.Task(
+                task_id=task_id,
+                round=round_no,
+                site_id=site,
+                model_version=version,
+                local_steps=self.run.local_steps,
+                lr=self.run.lr,
+                batch_size=self.run.batch_size,
+                seed=site_seed(self.run.seed, round_no, site_index(site)),
+                data_scope=(
+                    aggregator_pb2.DATA_SCOPE_POOLED if pooled else aggregator_pb2.DATA_SCOPE_SITE
+                ),
+                deadline_s=self.run.round_deadline_s,
+            )
+        progress = RoundInProgress(
+            round=round_no,
+            model_version=version,
+            tasks=tasks,
+            fedavg=StreamingFedAvg(list(selection.site_ids), self.state.weights),
+        )
+        self.state.install_round(progress)
+        return progress
+
+    def collect(self, progress: RoundInProgress) -> None:
+        """Wait for every delta or the deadline; sites that miss it are skipped, not waited on."""
+        deadline = time.monotonic() + self.run.round_deadline_s
+        with self.state.lock:
+            finished = self.state.changed.wait_for(
+                progress.complete, timeout=max(0.0, deadline - time.monotonic())
+            )
+            if not finished:
+                missing = sorted(progress.expected - progress.received)
+                log.warning(
+                    "round %d: %d site(s) missed the deadline: %s",
+                    progress.round,
+                    len(missing),
+                    ", ".join(missing[:5]),
+                )
+                for site in missing:
+                    progress.failed.add(site)
+                    progress.fedavg.skip(site)
+            self.state.current = None
+        if not progress.received:
+            raise RunFailed(f"round {progress.round}: no site returned a delta")
+
+    def simulated_time(self, selection, profiles_by_id) -> tuple[float, object, list[SiteTime]]:
+        run = self.run
+        if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+            site = selection.site_ids[0]
+            times = [SiteTime(site, compute_time_s(run.tau_s, selection.power_cap), 0.0)]
+        else:
+            times = []
+            for site in selection.site_ids:
+                prof = profiles_by_id[site]
+                one_way = comm_time_from_latency_s(
+                    prof.latency_s, prof.bandwidth_bytes_per_s, run.update_size_bytes
+                )
+                times.append(
+                    SiteTime(
+                        site,
+                        compute_time_s(run.tau_s, prof.power_fraction),
+                        run.comm_directions * one_way,
+                    )
+                )
+        timing = round_time(times, aggregation_s=run.aggregation_s)
+        return timing.round_time_s, timing, times
+
+    def run_round(self, round_no: int) -> bool:
+        """One synchronous round; returns True when the run should stop."""
+        run, result = self.run, self.result
+        wall_start = time.monotonic()
+        profiles = _retry(
+            lambda: self.profiler.GetProfiles(
+                profiler_pb2.GetProfilesRequest(at_s=result.sim_time_s), timeout=30
+            ),
+            "profiler.GetProfiles",
+        ).sites
+        profiles_by_id = {p.site_id: p for p in profiles}
+        selection = self.select(round_no, profiles)
+        if not selection.site_ids:
+            raise RunFailed(f"policy {run.policy} selected no site in round {round_no}")
+        progress = self.dispatch(round_no, selection)
+        self.collect(progress)
+        wall_train = time.monotonic() - wall_start
+
+        delta = progress.fedavg.result()
+        new_weights = apply_delta(self.state.weights, delta)
+        eval_start = time.monotonic()
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in new_weights.items()})
+        accuracy, loss = evaluate(self.workload, self.model, self.eval_x, self.eval_y)
+        wall_eval = time.monotonic() - eval_start
+        self.state.set_model(new_weights, version=progress.model_version + 1)
+
+        sim_round_s, timing, _ = self.simulated_time(selection, profiles_by_id)
+        wall_round_s = time.monotonic() - wall_start
+        round_s = sim_round_s if run.clock == "simulated" else wall_round_s
+        result.sim_time_s += round_s
+        result.rounds = round_no
+        result.accuracy = accuracy
+        result.best_accuracy = max(result.best_accuracy, accuracy)
+        k = len(selection.site_ids)
+        contributed = progress.fedavg.contributors
+        row = RoundRow(
+            round=round_no,
+            sim_time_s=result.sim_time_s,
+            round_time_s=round_s,
+            k=k,
+            sites=";".join(selection.site_ids),
+            accuracy=accuracy,
+            loss=loss,
+            compute_s=timing.compute_s,
+            comm_s=timing.comm_s,
+            wait_s=timing.wait_s,
+            aggregation_s=timing.aggregation_s,
+            predicted_round_time_s=selection.predicted_round_time_s,
+            bytes_up=progress.bytes_up,
+            bytes_down=len(contributed) * self.state.model_bytes,
+            emulated_bytes=run.comm_directions * run.update_size_bytes * k,
+            straggler=timing.straggler,
+            mode=policy_pb2.SelectionMode.Name(selection.mode).split("_")[-1].lower(),
+            train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
+            clock=run.clock,
+        )
+        decision = {
+            "policy": selection.policy,
+            "k": k,
+            "predicted_round_time_s": selection.predicted_round_time_s,
+            "actual_round_time_s": round_s,
+            "explanation": _json_or_text(selection.explanation),
+            "failed_sites": sorted(progress.failed),
+            "shadows": [
+                {"policy": s.policy, "k": s.k, "predicted_round_time_s": s.predicted_round_time_s}
+                for s in selection.shadows
+            ],
+        }
+        self.recorder.add_round(row, decision, (wall_round_s, wall_train, wall_eval))
+        result.history.append(
+            common_pb2.RoundRecord(
+                round=round_no,
+                k=k,
+                accuracy=accuracy,
+                round_time_s=round_s,
+                predicted_round_time_s=selection.predicted_round_time_s,
+                sim_time_s=result.sim_time_s,
+            )
+        )
+        self._publish(row)
+        if run.checkpoint:
+            self.recorder.checkpoint(
+                new_weights, {"round": round_no, "sim_time_s": result.sim_time_s}
+            )
+        log.info(
+            "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
+            round_no,
+            k,
+            accuracy,
+            run.clock,
+            result.sim_time_s,
+            round_s,
+            wall_round_s,
+        )
+
+        if accuracy >= run.target_accuracy and result.time_to_target_s is None:
+            result.time_to_target_s = result.sim_time_s
+            result.stopped_reason = "target_reached"
+            return True
+        if run.max_sim_hours and result.sim_time_s >= run.max_sim_hours * 3600:
+            result.stopped_reason = "time_budget"
+            return True
+        return False
+
+    def _publish(self, row: RoundRow) -> None:
+        m = self.metrics
+        m.round.set(row.round)
+        m.selected.set(row.k)
+        m.accuracy.set(row.accuracy)
+        m.round_duration.labels(row.clock).observe(row.round_time_s)
+        m.sim_time.labels(row.clock).set(row.sim_time_s)
+        m.round_part.labels("compute").set(row.compute_s)
+        m.round_part.labels("comm").set(row.comm_s)
+        m.round_part.labels("wait").set(row.wait_s)
+        with self.state.lock:
+            s = self.state.status
+            s.state, s.round, s.accuracy, s.sim_time_s, s.k = (
+                "running",
+                row.round,
+                row.accuracy,
+                row.sim_time_s,
+                row.k,
+            )
+            s.last.CopyFrom(self.result.history[-1])
+
+    # ---- the whole run -----------------------------------------------------------------
+    def execute(self) -> LoopResult:
+        """Run to the target, the round limit or the time budget; always write a summary."""
+        run = self.run
+        status = "done"
+        message = ""
+        with open_channel(self.config.profiler) as pch, open_channel(self.config.policy) as ych:
+            self.profiler = profiler_pb2_grpc.ProfilerStub(pch)
+            self.policy = policy_pb2_grpc.PolicyStub(ych)
+            try:
+                self.wait_for_sites()
+                with self.state.lock:
+                    self.state.status.state = "running"
+                    self.state.status.max_rounds = run.max_rounds
+                for round_no in range(1, run.max_rounds + 1):
+                    if self.run_round(round_no):
+                        break
+                else:
+                    self.result.stopped_reason = "max_rounds"
+            except (RunFailed, ValueError) as exc:
+                status, message = "failed", str(exc)
+                self.result.stopped_reason = "failed"
+                log.error("run failed: %s", exc)
+            finally:
+                self.write_summary(status, message)
+                with self.state.lock:
+                    self.state.status.state = status
+                    self.state.status.message = message
+                self.state.finish()
+        return self.result
+
+    def write_summary(self, status: str, message: str) -> None:
+        run, result = self.run, self.result
+        rounds_k = [r.k for r in result.history]
+        summary = {
+            "policy": run.policy,
+            "workload": run.workload,
+            "clock": run.clock,
+            "work_model": run.work_model,
+            "estimator": run.estimator,
+            "status": status,
+            "message": message,
+            "num_sites": run.num_sites,
+            "seed": run.seed,
+            "rounds": result.rounds,
+            "target_accuracy": run.target_accuracy,
+            "final_accuracy": result.accuracy,
+            "best_accuracy": result.best_accuracy,
+            "time_to_target_s": result.time_to_target_s,
+            "time_to_target_h": None
+            if result.time_to_target_s is None
+            else result.time_to_target_s / 3600,
+            "sim_time_s": result.sim_time_s,
+            "stopped_reason": result.stopped_reason,
+            "mean_k": float(np.mean(rounds_k)) if rounds_k else 0.0,
+            "update_size_gb": run.update_size_gb,
+            "sites": self._site_table(),
+        }
+        if run.clock == "simulated":
+            summary["clock_note"] = (
+                "simulated clock: real training and accuracy, time from the model"
+            )
+        self.recorder.write_summary(summary)
+
+    def _site_table(self) -> list[dict]:
+        try:
+            profiles = self.profiler.GetProfiles(
+                profiler_pb2.GetProfilesRequest(at_s=0), timeout=10
+            ).sites
+        except (grpc.RpcError, AttributeError):
+            return []
+        return [
+            {
+                "site_id": p.site_id,
+                "power_fraction": p.power_fraction,
+                "distance_miles": p.distance_miles,
+                "bandwidth_bytes_per_s": p.bandwidth_bytes_per_s,
+            }
+            for p in profiles
+        ]
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {"text": text}
+
+
+def all_site_ids(num_sites: int) -> list[str]:
+    return [make_site_id(i) for i in range(num_sites)]
+
+
+__all__ = ["RoundLoop", "RunFailed", "all_site_ids", "initial_weights", "run_spec"]

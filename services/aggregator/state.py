@@ -1,0 +1,146 @@
+"""State shared by the aggregator's gRPC handlers and its round loop, under one lock.
+
+Handlers only touch this object; the round loop installs a round, waits on the condition
+for uploads, and advances the model. Nothing here is global: one instance per process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from powertrip.fedavg import StreamingFedAvg
+from powertrip.rpc.tensors import TensorSpec, encode_tensors, layout_of
+from powertrip.v1 import aggregator_pb2, common_pb2
+
+
+class RegistrationError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class WorkerInfo:
+    worker_id: str
+    session_token: str
+    site_ids: list[str]
+    queue: list[aggregator_pb2.Task] = field(default_factory=list)
+
+
+@dataclass
+class RoundInProgress:
+    round: int
+    model_version: int
+    tasks: dict[str, aggregator_pb2.Task]  # task_id -> task
+    fedavg: StreamingFedAvg
+    received: set[str] = field(default_factory=set)  # site ids whose delta was accepted
+    failed: set[str] = field(default_factory=set)
+    train_loss: dict[str, float] = field(default_factory=dict)
+    bytes_up: int = 0
+
+    @property
+    def expected(self) -> set[str]:
+        return {t.site_id for t in self.tasks.values()}
+
+    def complete(self) -> bool:
+        return self.received | self.failed >= self.expected
+
+
+class AggregatorState:
+    def __init__(self, site_ids: list[str]):
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.all_sites = list(site_ids)
+        self._known = set(site_ids)
+        self.site_owner: dict[str, str] = {}
+        self.workers: dict[str, WorkerInfo] = {}
+        self.weights: dict[str, np.ndarray] = {}
+        self.layout: list[TensorSpec] = []
+        self.model_bytes = 0
+        self.model_version = 0
+        self._chunks: list[common_pb2.TensorChunk] = []
+        self.current: RoundInProgress | None = None
+        self.done = False
+        self.status = aggregator_pb2.RunStatus(state="waiting_for_sites", num_sites=len(site_ids))
+
+    # ---- model -------------------------------------------------------------------------
+    def set_model(self, weights: dict[str, np.ndarray], version: int) -> None:
+        """Install new global weights; chunks are encoded once and shared by all downloads."""
+        chunks = list(encode_tensors(weights))
+        with self.lock:
+            self.weights = weights
+            self.layout = layout_of(weights)
+            self.model_bytes = sum(s.nbytes for s in self.layout)
+            self.model_version = version
+            self._chunks = chunks
+
+    def model_chunks(self, version: int) -> list[common_pb2.TensorChunk] | None:
+        with self.lock:
+            return self._chunks if version == self.model_version else None
+
+    # ---- registration ------------------------------------------------------------------
+    def register(self, worker_id: str, wanted: list[str], count: int) -> WorkerInfo:
+        with self.lock:
+            if not worker_id:
+                raise RegistrationError("invalid", "worker_id must not be empty")
+            previous = self.workers.get(worker_id)
+            if wanted:
+                unknown = [s for s in wanted if s not in self._known]
+                if unknown:
+                    raise RegistrationError("unknown_site", f"unknown site id(s): {unknown[:5]}")
+                taken = [s for s in wanted if self.site_owner.get(s, worker_id) != worker_id]
+                if taken:
+                    raise RegistrationError(
+                        "taken", f"site(s) already hosted elsewhere: {taken[:5]}"
+                    )
+                sites = list(wanted)
+            else:
+                free = [s for s in self.all_sites if s not in self.site_owner]
+                if count < 1 or count > len(free):
+                    raise RegistrationError(
+                        "count", f"site_count must be in 1..{len(free)} (free sites), got {count}"
+                    )
+                sites = free[:count]
+            if previous:  # a re-registering worker keeps its old sites too
+                sites = sorted(set(previous.site_ids) | set(sites))
+            info = WorkerInfo(worker_id, secrets.token_hex(16), sites)
+            self.workers[worker_id] = info
+            for site in sites:
+                self.site_owner[site] = worker_id
+            self.status.registered_sites = len(self.site_owner)
+            self.changed.notify_all()
+            return info
+
+    def authenticate(self, worker_id: str, token: str) -> WorkerInfo | None:
+        with self.lock:
+            info = self.workers.get(worker_id)
+            return info if info and secrets.compare_digest(info.session_token, token) else None
+
+    def registered_count(self) -> int:
+        with self.lock:
+            return len(self.site_owner)
+
+    # ---- rounds ------------------------------------------------------------------------
+    def install_round(self, progress: RoundInProgress) -> None:
+        with self.lock:
+            self.current = progress
+            for task in progress.tasks.values():
+                owner = self.site_owner[task.site_id]
+                self.workers[owner].queue.append(task)
+            self.changed.notify_all()
+
+    def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[aggregator_pb2.Task], bool]:
+        with self.lock:
+            info = self.workers[worker_id]
+            self.changed.wait_for(lambda: info.queue or self.done, timeout=max(0.0, wait_s))
+            tasks, info.queue = info.queue, []
+            return tasks, self.done and not tasks
+
+    def finish(self) -> None:
+        with self.lock:
+            self.done = True
+            self.changed.notify_all()

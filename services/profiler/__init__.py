@@ -1,0 +1,1 @@
+"""Profiler service: each site's power availability and link, configured and measured."""

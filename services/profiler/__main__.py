@@ -1,0 +1,45 @@
+"""`python -m services.profiler --port 50052 --config run.yaml`"""
+
+from __future__ import annotations
+
+import sys
+
+from prometheus_client import CollectorRegistry
+
+from powertrip.config import ConfigError, RunConfig
+from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.v1 import profiler_pb2_grpc
+from services.profiler.config import ProfilerConfig
+from services.profiler.logic import ProfileBook
+from services.profiler.servicer import SERVICE_NAME, ProfilerMetrics, ProfilerServicer
+
+SPEC = ServiceSpec("profiler", 50052, "PowerTrip profiler: site power and links")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(SPEC)
+    parser.add_argument("--sites", type=int, help="number of sites (overrides the config)")
+    parser.add_argument("--seed", type=int, help="population seed (overrides the config)")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, SPEC.name)
+    try:
+        run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
+        run = run.with_overrides(num_sites=args.sites, seed=args.seed).validate()
+    except ConfigError as exc:
+        print(f"profiler: {exc}", file=sys.stderr)
+        return 2
+    registry = CollectorRegistry()
+    servicer = ProfilerServicer(
+        ProfileBook(ProfilerConfig.from_run_config(run)), ProfilerMetrics(registry)
+    )
+    return serve(
+        SPEC,
+        args,
+        lambda server: profiler_pb2_grpc.add_ProfilerServicer_to_server(servicer, server),
+        [SERVICE_NAME],
+        registry,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""What the profiler knows: the generated population, power over time, and telemetry."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from powertrip.profiles import Site, generate_population
+from services.profiler.config import ProfilerConfig
+
+
+@dataclass
+class SiteTelemetry:
+    power_draw_w: float = 0.0
+    step_time_s: float = 0.0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    energy_j: float = 0.0
+
+
+@dataclass
+class ProfileBook:
+    """Thread-safe store of sites and their latest telemetry."""
+
+    config: ProfilerConfig
+    sites: list[Site] = field(init=False)
+    telemetry: dict[str, SiteTelemetry] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.sites = generate_population(self.config.population)
+        self._by_id = {s.site_id: s for s in self.sites}
+
+    def power_at(self, site: Site, at_s: float) -> float:
+        """Uniform mode draws p_i once (paper §5.1), so it does not depend on time."""
+        return site.power_fraction
+
+    def lookup(self, site_ids: list[str]) -> list[Site]:
+        if not site_ids:
+            return list(self.sites)
+        missing = [s for s in site_ids if s not in self._by_id]
+        if missing:
+            raise KeyError(f"unknown site id(s): {', '.join(missing[:5])}")
+        return [self._by_id[s] for s in site_ids]
+
+    def record(self, site_id: str, update: SiteTelemetry) -> SiteTelemetry:
+        if site_id not in self._by_id:
+            raise KeyError(f"unknown site id: {site_id}")
+        with self._lock:
+            current = self.telemetry.setdefault(site_id, SiteTelemetry())
+            current.power_draw_w = update.power_draw_w
+            current.step_time_s = update.step_time_s or current.step_time_s
+            current.bytes_up += update.bytes_up
+            current.bytes_down += update.bytes_down
+            current.energy_j += update.energy_j
+            return current

@@ -1,0 +1,107 @@
+"""`python -m services.site_worker --aggregator host:port --sites site-000,site-001`"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.v1 import site_worker_pb2_grpc
+from powertrip.workloads import DataError, UnknownWorkload
+from services.site_worker.config import WorkerConfig
+from services.site_worker.logic import SiteWorker
+from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
+
+SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
+log = logging.getLogger("site_worker")
+
+
+def parse_sites(text: str | None) -> list[str]:
+    return [s.strip() for s in (text or "").split(",") if s.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(SPEC)
+    parser.add_argument(
+        "--aggregator",
+        default=os.environ.get("POWERTRIP_AGGREGATOR", "localhost:50051"),
+        help="aggregator host:port to dial out to (env POWERTRIP_AGGREGATOR)",
+    )
+    parser.add_argument(
+        "--sites",
+        default=os.environ.get("POWERTRIP_SITES"),
+        help="comma-separated site ids to host (env POWERTRIP_SITES)",
+    )
+    parser.add_argument(
+        "--site-count",
+        type=int,
+        default=1,
+        help="how many sites to ask for when --sites is not given",
+    )
+    parser.add_argument(
+        "--worker-id",
+        default=os.environ.get("POWERTRIP_WORKER_ID"),
+        help="stable worker name (default: hostname-pid)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--data-dir", help="data directory (default: the run's or the repo's data/)"
+    )
+    parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, SPEC.name)
+    config = WorkerConfig(
+        aggregator=args.aggregator,
+        worker_id=args.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        site_ids=parse_sites(args.sites),
+        site_count=args.site_count,
+        threads=args.threads,
+        data_dir=args.data_dir,
+        join_token=args.join_token,
+    )
+    worker = SiteWorker(config)
+    stop = threading.Event()
+    outcome = {"code": 0}
+
+    def work(_running) -> None:
+        def body() -> None:
+            try:
+                outcome["code"] = worker.run()
+            except (DataError, UnknownWorkload) as exc:
+                print(f"site_worker: {exc}", file=sys.stderr)
+                outcome["code"] = 2
+            except grpc.RpcError as exc:
+                print(
+                    f"site_worker: aggregator {config.aggregator}: "
+                    f"{exc.code().name}: {exc.details()}",
+                    file=sys.stderr,
+                )
+                outcome["code"] = 1
+            finally:
+                stop.set()
+
+        threading.Thread(target=body, name="worker", daemon=True).start()
+
+    code = serve(
+        SPEC,
+        args,
+        lambda server: site_worker_pb2_grpc.add_SiteWorkerServicer_to_server(
+            SiteWorkerServicer(worker), server
+        ),
+        [SERVICE_NAME],
+        CollectorRegistry(),
+        on_started=work,
+        stop_event=stop,
+    )
+    worker.stop()
+    return code or outcome["code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

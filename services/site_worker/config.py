@@ -1,0 +1,19 @@
+"""Site-worker configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    aggregator: str  # host:port to dial out to
+    worker_id: str
+    site_ids: list[str] = field(default_factory=list)  # empty: ask for `site_count`
+    site_count: int = 1
+    threads: int = 1
+    data_dir: str | None = None
+    join_token: str = ""
+    poll_s: float = 10.0
+    register_timeout_s: float = 60.0
+    device: str = "cpu"

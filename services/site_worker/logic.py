@@ -1,0 +1,175 @@
+"""What a worker does: register, long-poll, download the model once per version, train
+each of its virtual sites on that site's own partition, stream the delta back."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+import torch
+
+from powertrip.profiles import site_index
+from powertrip.rpc.channels import deadline_for, open_channel
+from powertrip.rpc.tensors import TensorAssembler, encode_tensors
+from powertrip.training import train_local
+from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
+from powertrip.workloads import get_workload
+from services.site_worker.config import WorkerConfig
+
+log = logging.getLogger("site_worker")
+
+
+@dataclass
+class WorkerCounters:
+    tasks_done: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    state: str = "registering"
+
+
+class SiteWorker:
+    def __init__(self, config: WorkerConfig):
+        self.config = config
+        self.counters = WorkerCounters()
+        self.site_ids: list[str] = []
+        self._stop = False
+        torch.set_num_threads(config.threads)
+
+    def stop(self) -> None:
+        self._stop = True
+
+    # ---- set-up ------------------------------------------------------------------------
+    def register(self, stub: aggregator_pb2_grpc.AggregatorStub) -> aggregator_pb2.RegisterResponse:
+        request = aggregator_pb2.RegisterRequest(
+            worker_id=self.config.worker_id,
+            site_ids=self.config.site_ids,
+            site_count=self.config.site_count,
+            device=self.config.device,
+            join_token=self.config.join_token,
+        )
+        deadline = time.monotonic() + self.config.register_timeout_s
+        while True:
+            try:
+                return stub.Register(request, timeout=10, wait_for_ready=True)
+            except grpc.RpcError as exc:
+                retriable = exc.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
+        self.spec = spec
+        self.workload = get_workload(spec.workload)
+        dataset = self.workload.load(self.config.data_dir or spec.data_dir or None, spec.seed)
+        partition = self.workload.partition(dataset, spec.num_sites, spec.seed)
+        self.train_x, self.train_y = dataset.train.x, dataset.train.y
+        self.site_data = {s: partition.site_indices[site_index(s)] for s in self.site_ids}
+        self.model = self.workload.build_model()
+        log.info("%s: %d site(s), %s", self.config.worker_id, len(self.site_ids), partition.note)
+
+    # ---- work --------------------------------------------------------------------------
+    def download(self, stub, session: str, version: int) -> dict[str, np.ndarray]:
+        assembler = TensorAssembler()
+        request = aggregator_pb2.DownloadModelRequest(
+            worker_id=self.config.worker_id, model_version=version, session_token=session
+        )
+        for chunk in stub.DownloadModel(request, timeout=deadline_for(64 << 20)):
+            assembler.add(chunk)
+        self.counters.bytes_down += assembler.bytes_received
+        return assembler.finish()
+
+    def train(self, task: aggregator_pb2.Task, weights: dict[str, np.ndarray]):
+        self.model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()})
+        if task.data_scope == aggregator_pb2.DATA_SCOPE_POOLED:
+            x, y = self.train_x, self.train_y
+        else:
+            ix = self.site_data[task.site_id]
+            x, y = self.train_x[ix], self.train_y[ix]
+        start = time.monotonic()
+        result = train_local(
+            self.workload,
+            self.model,
+            x,
+            y,
+            steps=task.local_steps,
+            lr=task.lr,
+            batch_size=task.batch_size,
+            seed=task.seed,
+        )
+        return result, time.monotonic() - start
+
+    def upload(self, stub, session: str, task, result, wall_s: float) -> None:
+        arrays = {k: v.numpy() for k, v in result.delta.items()}
+        header = aggregator_pb2.DeltaHeader(
+            task_id=task.task_id,
+            site_id=task.site_id,
+            round=task.round,
+            model_version=task.model_version,
+            num_samples=result.num_samples,
+            train_loss=result.mean_loss,
+            compute_wall_s=wall_s,
+            steps=result.steps,
+            worker_id=self.config.worker_id,
+            session_token=session,
+        )
+        nbytes = sum(a.nbytes for a in arrays.values())
+
+        def messages() -> Iterator[aggregator_pb2.UploadDeltaRequest]:
+            yield aggregator_pb2.UploadDeltaRequest(header=header)
+            for chunk in encode_tensors(arrays):
+                yield aggregator_pb2.UploadDeltaRequest(chunk=chunk)
+
+        stub.UploadDelta(messages(), timeout=deadline_for(nbytes))
+        self.counters.bytes_up += nbytes
+
+    def run(self) -> int:
+        """Work until the aggregator says the run is over; return an exit code."""
+        with open_channel(self.config.aggregator) as channel:
+            stub = aggregator_pb2_grpc.AggregatorStub(channel)
+            reply = self.register(stub)
+            self.site_ids = list(reply.site_ids)
+            self.load_data(reply.spec)
+            session = reply.session_token
+            self.counters.state = "working"
+            cached: tuple[int, dict[str, np.ndarray]] | None = None
+            while not self._stop:
+                try:
+                    polled = stub.NextTask(
+                        aggregator_pb2.NextTaskRequest(
+                            worker_id=self.config.worker_id,
+                            wait_s=self.config.poll_s,
+                            session_token=session,
+                        ),
+                        timeout=self.config.poll_s + 10,
+                    )
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                        log.info("aggregator unavailable; the run is over or restarting")
+                        self.counters.state = "done"
+                        return 0
+                    raise
+                if polled.shutdown:
+                    self.counters.state = "done"
+                    log.info("run finished; %d task(s) done", self.counters.tasks_done)
+                    return 0
+                for task in polled.tasks:
+                    if cached is None or cached[0] != task.model_version:
+                        cached = (
+                            task.model_version,
+                            self.download(stub, session, task.model_version),
+                        )
+                    result, wall_s = self.train(task, cached[1])
+                    try:
+                        self.upload(stub, session, task, result, wall_s)
+                    except grpc.RpcError as exc:
+                        log.warning("upload for %s rejected: %s", task.task_id, exc.details())
+                        continue
+                    self.counters.tasks_done += 1
+        return 0

@@ -1,0 +1,74 @@
+"""Run configuration validation and the seeded site population of paper §5.1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from powertrip.config import ConfigError, RunConfig
+from powertrip.profiles import PopulationSpec, generate_population, site_id, site_index
+from powertrip.timemodel import propagation_delay_s
+
+
+def test_yaml_round_trip(tmp_path):
+    config = RunConfig(num_sites=7, policy="radius", policy_params={"radius_miles": 500})
+    path = tmp_path / "c.yaml"
+    config.write_yaml(path)
+    again = RunConfig.from_yaml(path)
+    assert again == config
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"num_sites": 0}, "num_sites"),
+        ({"target_accuracy": 0}, "target_accuracy"),
+        ({"target_accuracy": 1.01}, "target_accuracy"),
+        ({"update_size_gb": -1}, "update_size_gb"),
+        ({"clock": "sundial"}, "clock"),
+        ({"estimator": "guess"}, "estimator"),
+        ({"reference_bandwidth_gbps": -5}, "reference_bandwidth_gbps"),
+        ({"max_rounds": "many"}, "max_rounds"),
+        ({"unknown_knob": 1}, "unknown_knob"),
+    ],
+)
+def test_bad_values_name_the_field(data, field):
+    with pytest.raises(ConfigError, match=field):
+        RunConfig.from_mapping(data).validate()
+
+
+def test_unknown_key_lists_the_allowed_ones():
+    with pytest.raises(ConfigError, match="allowed keys: policy, policy_params"):
+        RunConfig.from_mapping({"polcy": "all"})
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_sites: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        RunConfig.from_yaml(bad)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        RunConfig.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_population_follows_section_5_1_and_is_seeded():
+    sites = generate_population(PopulationSpec(num_sites=100, seed=4))
+    again = generate_population(PopulationSpec(num_sites=100, seed=4))
+    other = generate_population(PopulationSpec(num_sites=100, seed=5))
+    assert sites == again and sites != other
+    d = np.array([s.distance_miles for s in sites])
+    p = np.array([s.power_fraction for s in sites])
+    b = np.array([s.bandwidth_bytes_per_s for s in sites])
+    assert 100 <= d.min() and d.max() <= 10_000
+    assert 0.1 <= p.min() and p.max() <= 1.0
+    # 10 Gbit/s at 100 miles, inversely proportional to distance
+    np.testing.assert_allclose(b, 1.25e9 * 100 / d)
+    assert sites[3].latency_s == propagation_delay_s(sites[3].distance_miles)
+    assert [site_index(s.site_id) for s in sites] == list(range(100))
+
+
+def test_site_ids():
+    assert site_id(7) == "site-007"
+    assert site_index("site-042") == 42
+    with pytest.raises(ValueError):
+        site_index("node-1")

@@ -1,0 +1,72 @@
+"""FedAvg weights, and the streaming accumulator against the plain weighted mean."""
+
+import numpy as np
+import pytest
+
+from powertrip.fedavg import StreamingFedAvg, apply_delta, weighted_average
+
+
+def _delta(value, shape=(2, 3)):
+    return {"w": np.full(shape, value, dtype=np.float32), "b": np.full(3, value, dtype=np.float32)}
+
+
+def test_weighted_average_uses_sample_counts():
+    out = weighted_average([_delta(1.0), _delta(4.0)], [100, 300])
+    # (1*100 + 4*300) / 400 = 3.25
+    assert out["w"].dtype == np.float32
+    np.testing.assert_allclose(out["w"], 3.25)
+    np.testing.assert_allclose(out["b"], 3.25)
+
+
+def test_weighted_average_rejects_bad_weights():
+    with pytest.raises(ValueError):
+        weighted_average([], [])
+    with pytest.raises(ValueError):
+        weighted_average([_delta(1.0)], [0])
+    with pytest.raises(ValueError):
+        weighted_average([_delta(1.0)], [1, 2])
+
+
+def test_streaming_matches_plain_average_in_any_arrival_order():
+    rng = np.random.default_rng(0)
+    deltas = {f"s{i}": {"w": rng.normal(size=(4, 5)).astype(np.float32)} for i in range(6)}
+    weights = {f"s{i}": float(i + 1) for i in range(6)}
+    order = sorted(deltas)
+    expected = weighted_average([deltas[s] for s in order], [weights[s] for s in order])
+    results = []
+    for arrival in (order, order[::-1], ["s3", "s0", "s5", "s1", "s4", "s2"]):
+        acc = StreamingFedAvg(order, deltas["s0"])
+        for site in arrival:
+            acc.add(site, deltas[site], weights[site])
+        results.append(acc.result())
+        np.testing.assert_allclose(results[-1]["w"], expected["w"], rtol=1e-6)
+    # fixed accumulation order: bit-for-bit identical whatever the arrival order
+    assert all(np.array_equal(results[0]["w"], r["w"]) for r in results[1:])
+
+
+def test_streaming_skips_failed_sites_and_keeps_memory_small():
+    template = _delta(0.0)
+    acc = StreamingFedAvg(["a", "b", "c"], template)
+    acc.add("c", _delta(3.0), 1)
+    assert acc.parked == 1  # c waits for a and b
+    acc.skip("a")
+    acc.add("b", _delta(1.0), 1)
+    assert acc.parked == 0
+    np.testing.assert_allclose(acc.result()["w"], 2.0)
+    assert acc.contributors == ["b", "c"]
+
+
+def test_streaming_refuses_unknown_sites_and_early_results():
+    acc = StreamingFedAvg(["a", "b"], _delta(0.0))
+    with pytest.raises(KeyError):
+        acc.add("z", _delta(1.0), 1)
+    acc.add("a", _delta(1.0), 1)
+    with pytest.raises(RuntimeError, match="waiting for b"):
+        acc.result()
+
+
+def test_apply_delta_adds_in_the_weights_dtype():
+    w = {"w": np.ones((2, 3), dtype=np.float32), "b": np.zeros(3, dtype=np.float32)}
+    new = apply_delta(w, _delta(0.5))
+    np.testing.assert_allclose(new["w"], 1.5)
+    assert new["w"].dtype == np.float32
