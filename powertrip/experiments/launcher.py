@@ -149,9 +149,8 @@ class Deployment:
 
 
 def split_sites(num_sites: int, workers: int) -> list[list[str]]:
-    """Contiguous blocks of site ids, one per worker process."""
+    """Deal site ids round-robin to worker processes, so any selection keeps them all busy."""
     from powertrip.profiles import site_id
 
     workers = max(1, min(workers, num_sites))
-    bounds = [round(i * num_sites / workers) for i in range(workers + 1)]
-    return [[site_id(i) for i in range(bounds[w], bounds[w + 1])] for w in range(workers)]
+    return [[site_id(i) for i in range(w, num_sites, workers)] for w in range(workers)]

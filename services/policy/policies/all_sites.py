@@ -1,0 +1,23 @@
+"""All (paper §3.2): every alive site, every round."""
+
+from __future__ import annotations
+
+from services.policy.policies.base import Context, Decision, Policy, predicted_time
+from services.policy.policies.scoring import power_cost_scores, rank_desc
+
+
+class AllSites(Policy):
+    name = "all"
+    summary = "every available site every round (paper baseline)"
+    default_params = {"m_ref_gb": 1.5}
+
+    def select(self, ctx: Context) -> Decision:
+        params = self.params(ctx)
+        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * 1e9)
+        order = rank_desc(scores, ctx.table)
+        return Decision(
+            order=order,
+            predicted_round_time_s=predicted_time(ctx, order),
+            explanation={"rule": "all alive sites", "k": int(len(order))},
+            scores=scores[order],
+        )

@@ -1,0 +1,29 @@
+"""Shared shape of the ranked top-k baselines: rank the sites one way, take the first k."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.policy.policies.base import Context, Decision, Policy, default_k, predicted_time
+
+
+class RankedTopK(Policy):
+    """Subclasses say how to rank (`rank`); k comes from the `k` parameter (0 = 20 % of N)."""
+
+    default_params = {"k": 0.0}
+    ranking = ""
+
+    def rank(self, ctx: Context, params: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def select(self, ctx: Context) -> Decision:
+        params = self.params(ctx)
+        order, values = self.rank(ctx, params)
+        k = default_k(params.get("k", 0.0), len(order))
+        chosen = order[:k]
+        return Decision(
+            order=chosen,
+            predicted_round_time_s=predicted_time(ctx, chosen),
+            explanation={"rule": self.ranking, "k": k, "alive": int(len(order))},
+            scores=values[chosen],
+        )

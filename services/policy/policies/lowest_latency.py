@@ -1,0 +1,15 @@
+"""Lowest latency (paper §3.1): top-k sites by communication time, blind to power."""
+
+from __future__ import annotations
+
+from services.policy.policies.fixed import RankedTopK
+from services.policy.policies.scoring import rank_asc
+
+
+class LowestLatency(RankedTopK):
+    name = "lowest-latency"
+    summary = "top-k sites by communication time D/c + M/B, ignoring power (paper baseline)"
+    ranking = "communication time, lowest first"
+
+    def rank(self, ctx, params):
+        return rank_asc(ctx.table.comm_s, ctx.table), -ctx.table.comm_s

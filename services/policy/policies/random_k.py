@@ -1,0 +1,25 @@
+"""Random (paper §5.1): k sites uniformly at random, seeded by (seed, round)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.policy.policies.base import Context, Decision, Policy, default_k, predicted_time
+
+
+class RandomK(Policy):
+    name = "random"
+    summary = "k sites uniformly at random each round, blind to power and links (paper baseline)"
+    default_params = {"k": 0.0}
+
+    def select(self, ctx: Context) -> Decision:
+        params = self.params(ctx)
+        alive = np.flatnonzero(ctx.table.alive)
+        k = default_k(params["k"], len(alive))
+        rng = np.random.default_rng([ctx.seed, ctx.round, 0x2A4D])
+        chosen = np.sort(rng.choice(alive, size=k, replace=False))
+        return Decision(
+            order=chosen,
+            predicted_round_time_s=predicted_time(ctx, chosen),
+            explanation={"rule": "uniform random", "k": k, "rng": [ctx.seed, ctx.round]},
+        )

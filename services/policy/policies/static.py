@@ -1,0 +1,19 @@
+"""Static (paper §3.2): a fixed k of the best power-to-cost sites, every round."""
+
+from __future__ import annotations
+
+from services.policy.policies.fixed import RankedTopK
+from services.policy.policies.scoring import power_cost_scores, rank_desc
+
+
+class StaticK(RankedTopK):
+    name = "static"
+    summary = (
+        "fixed top-k by power-to-cost score; `powertrip sweep` finds the best k* (paper baseline)"
+    )
+    default_params = {"k": 0.0, "m_ref_gb": 1.5}
+    ranking = "power-to-cost score, highest first"
+
+    def rank(self, ctx, params):
+        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * 1e9)
+        return rank_desc(scores, ctx.table), scores

@@ -1,0 +1,188 @@
+"""Each policy on small hand-made site tables where the right answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
+from services.policy.policies.base import RoundOutcome
+from services.policy.policies.powertrip import recent_gain, rounds_without_gain
+from services.policy.policies.scoring import power_cost_scores, weights
+
+GB = 1e9
+
+
+def table(power, distance, bandwidth, latency=None, alive=None, m=1.5 * GB):
+    n = len(power)
+    return SiteTable.build(
+        ids=[f"site-{i:03d}" for i in range(n)],
+        power=power,
+        distance_miles=distance,
+        latency_s=latency if latency is not None else [d / 124_188 for d in distance],
+        bandwidth_bytes_per_s=bandwidth,
+        update_size_bytes=m,
+        directions=2,
+        alive=alive,
+    )
+
+
+@pytest.fixture()
+def sites():
+    #            0     1     2     3     4     5
+    power = [0.9, 0.2, 1.0, 0.5, 0.35, 0.8]
+    distance = [300, 150, 9000, 800, 2500, 4000]
+    bandwidth = [1.25e9 * 100 / d for d in distance]
+    return table(power, distance, bandwidth)
+
+
+def ctx(t, history=(), **kw):
+    return Context(table=t, update_size_bytes=kw.pop("m", 1.5 * GB), tau_s=60.0, history=tuple(history), **kw)
+
+
+def ids(t, decision):
+    return [t.ids[i] for i in decision.order]
+
+
+def test_radius_picks_exactly_the_sites_inside(sites):
+    d = get_policy("radius").select(ctx(sites))
+    assert set(ids(sites, d)) == {"site-000", "site-001", "site-003"}
+    d = get_policy("radius").select(ctx(sites, params={"radius_miles": 200}))
+    assert ids(sites, d) == ["site-001"]
+    d = get_policy("radius").select(ctx(sites, params={"radius_miles": 50}))
+    assert ids(sites, d) == ["site-001"]  # none inside: the closest
+    assert "closest" in d.explanation["rule"]
+
+
+def test_highest_power_and_lowest_latency(sites):
+    d = get_policy("highest-power").select(ctx(sites, params={"k": 3}))
+    assert ids(sites, d) == ["site-002", "site-000", "site-005"]
+    d = get_policy("lowest-latency").select(ctx(sites, params={"k": 2}))
+    assert ids(sites, d) == ["site-001", "site-000"]
+
+
+def test_all_takes_every_alive_site_and_dead_sites_are_never_chosen():
+    t = table([0.5, 0.6, 0.7], [100, 200, 300], [1e9, 1e9, 1e9], alive=[True, False, True])
+    for name in REGISTRY:
+        d = get_policy(name).select(ctx(t, params={}))
+        assert "site-001" not in ids(t, d), name
+    assert sorted(ids(t, get_policy("all").select(ctx(t)))) == ["site-000", "site-002"]
+
+
+def test_random_is_seeded_by_seed_and_round(sites):
+    pick = lambda seed, rnd: ids(sites, get_policy("random").select(ctx(sites, seed=seed, round=rnd, params={"k": 3})))  # noqa: E731
+    assert pick(1, 1) == pick(1, 1)
+    assert len(set(pick(1, 1))) == 3
+    draws = {tuple(pick(1, r)) for r in range(1, 20)}
+    assert len(draws) > 3  # changes across rounds
+
+
+def test_static_is_top_k_by_score(sites):
+    scores = power_cost_scores(sites, 1.5 * GB, 1.5 * GB)
+    best3 = [sites.ids[i] for i in np.argsort(-scores)[:3]]
+    d = get_policy("static").select(ctx(sites, params={"k": 3}))
+    assert ids(sites, d) == best3
+    assert d.scores.tolist() == sorted(d.scores.tolist(), reverse=True)
+
+
+def test_score_weights_follow_update_size():
+    assert weights(0.1 * GB, 1.5 * GB)[0] > 0.9  # small M: power dominates
+    assert weights(100 * GB, 1.5 * GB)[1] > 0.98  # large M: cost dominates
+    # site 0: strong power, thin link; site 1: weak power, fat link
+    t_small = table([1.0, 0.3], [5000, 200], [2e7, 1e9], m=0.01 * GB)
+    t_large = table([1.0, 0.3], [5000, 200], [2e7, 1e9], m=50 * GB)
+    top_small = get_policy("static").select(ctx(t_small, m=0.01 * GB, params={"k": 1}))
+    top_large = get_policy("static").select(ctx(t_large, m=50 * GB, params={"k": 1}))
+    assert ids(t_small, top_small) == ["site-000"]
+    assert ids(t_large, top_large) == ["site-001"]
+
+
+def test_centralized_is_one_capped_site(sites):
+    d = get_policy("centralized-25").select(ctx(sites))
+    assert d.mode == "centralized" and d.power_cap == 0.25 and len(d.order) == 1
+    assert d.predicted_round_time_s == 60.0 / 0.25
+    assert get_policy("centralized-50").select(ctx(sites)).power_cap == 0.5
+
+
+def _uniform_sites(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    d = rng.uniform(100, 10_000, n)
+    return table(rng.uniform(0.1, 1.0, n), d, 1.25e9 * 100 / d)
+
+
+def test_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
+    t = _uniform_sites()
+    first = get_policy("powertrip").select(ctx(t))
+    assert len(first.order) == 2  # max(2, 5 % of 40)
+    # steady gains: the window lets k grow by up to 2 per round
+    history = [RoundOutcome(1, 2, 0.10, 100.0), RoundOutcome(2, 2, 0.20, 100.0)]
+    grown = get_policy("powertrip").select(ctx(t, history))
+    assert len(grown.order) > 2
+    assert grown.explanation["reason"].startswith("argmax")
+    # the pick maximises log(1+k)/T(k) over the candidates, as the explanation shows
+    eff = grown.explanation["efficiency"]
+    assert grown.explanation["candidates"][int(np.argmax(eff))] == len(grown.order)
+
+
+def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers():
+    # sites beyond the top 3 are terribly slow: growing cannot pay for itself
+    power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
+    distance = [100, 110, 120, 9000, 9500, 9900]
+    t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
+    history = [RoundOutcome(1, 3, 0.1, 60.0), RoundOutcome(2, 3, 0.2, 60.0)]
+    d = get_policy("powertrip").select(ctx(t, history, params={"window": 3}))
+    assert len(d.order) == 3
+
+
+def test_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_patience():
+    power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
+    distance = [100, 110, 120, 9000, 9500, 9900]
+    t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
+    stalled = [RoundOutcome(1, 6, 0.30, 60.0), RoundOutcome(2, 6, 0.29, 60.0)]
+    held = get_policy("powertrip").select(ctx(t, stalled, params={"window": 3, "patience": 3}))
+    assert len(held.order) == 6  # one round without gain: patience not reached
+    longer = [*stalled, RoundOutcome(3, 6, 0.28, 60.0), RoundOutcome(4, 6, 0.30, 60.0)]
+    shrunk = get_policy("powertrip").select(ctx(t, longer, params={"window": 3, "patience": 3}))
+    assert len(shrunk.order) == 3  # patience exhausted: back to the efficient core
+    assert "shrinking allowed" in shrunk.explanation["reason"]
+
+
+def test_powertrip_stops_at_target():
+    t = _uniform_sites()
+    d = get_policy("powertrip").select(ctx(t, [RoundOutcome(1, 2, 0.81, 10.0)], target_accuracy=0.8))
+    assert d.stop
+
+
+def test_trend_helpers():
+    assert rounds_without_gain([0.1, 0.2, 0.15, 0.18]) == 2
+    assert rounds_without_gain([0.1, 0.2, 0.3]) == 0
+    assert recent_gain([0.1, 0.2, 0.4], 2) == pytest.approx(0.15)
+    assert recent_gain([0.3], 3) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "field"),
+    [
+        ("static", {"k": -1}, "k"),
+        ("radius", {"radius_miles": -5}, "radius_miles"),
+        ("centralized", {"power_cap": 1.5}, "power_cap"),
+        ("powertrip", {"patience": -1}, "patience"),
+        ("powertrip", {"nonsense": 1}, "nonsense"),
+    ],
+)
+def test_bad_params_name_the_field(sites, name, params, field):
+    with pytest.raises(PolicyError, match=field):
+        get_policy(name).select(ctx(sites, params=params))
+
+
+def test_unknown_policy_lists_valid_ones():
+    with pytest.raises(PolicyError, match="valid policies: powertrip"):
+        get_policy("fastest")
+
+
+def test_ten_thousand_sites():
+    t = _uniform_sites(10_000)
+    for name in REGISTRY:
+        d = get_policy(name).select(ctx(t, [RoundOutcome(1, 500, 0.1, 100.0)]))
+        assert 1 <= len(d.order) <= 10_000
+        assert len(set(d.order.tolist())) == len(d.order)
