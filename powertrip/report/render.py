@@ -1,0 +1,190 @@
+"""`render(dir)`: work out what kind of output directory this is and write its report.
+
+A run directory holds rounds.csv; a sweep holds k<N> run directories (and sweep.csv once
+rendered); a comparison holds one run directory per policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from powertrip.report.data import (
+    ReportError,
+    RunResult,
+    best_k,
+    is_run_dir,
+    load_run,
+    run_subdirs,
+    sweep_rows,
+    sweep_subdirs,
+    time_to_target_text,
+    write_comparison,
+    write_sweep,
+)
+from powertrip.report.html import (
+    Section,
+    Table,
+    comparison_table,
+    config_table,
+    write_html,
+)
+from powertrip.report.plots import plot_accuracy_lines, plot_comparison, plot_run, plot_sweep
+
+
+def detect(dir: str | Path) -> str:
+    """'run', 'sweep' or 'comparison'; ReportError when it is none of them."""
+    path = Path(dir)
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a directory")
+    if is_run_dir(path):
+        return "run"
+    if (path / "sweep.csv").is_file() or sweep_subdirs(path):
+        return "sweep"
+    if run_subdirs(path):
+        return "comparison"
+    raise ReportError(
+        f"{path}: not a run directory (no rounds.csv), a comparison (no subdirectories "
+        "with rounds.csv) or a sweep (no sweep.csv or k<N> subdirectories)"
+    )
+
+
+def render(dir: str | Path) -> Path:
+    """Render plots and report.html for a run, comparison or sweep directory."""
+    path = Path(dir)
+    kind = detect(path)
+    if kind == "run":
+        return render_run(path)
+    if kind == "sweep":
+        return render_sweep(path)
+    return render_comparison(path)
+
+
+def render_run(run_dir: str | Path) -> Path:
+    run = load_run(run_dir)
+    images = plot_run(run, run.path)
+    workload = run.summary.get("workload") or run.config.get("workload") or ""
+    sections = [
+        Section("Result", tables=[_result_table(run)], notes=_status_notes(run)),
+        Section("Configuration", tables=[config_table(run.config, run.summary)]),
+        Section("Figures", images=images),
+    ]
+    return write_html(run.path, f"PowerTrip run: {run.name} on {workload}", sections)
+
+
+def _status_notes(run: RunResult) -> list[str]:
+    notes = []
+    if run.summary.get("status") == "failed":
+        notes.append(f"This run failed: {run.summary.get('message') or 'no message'}.")
+    if run.clock != "wall":
+        notes.append(
+            "Times are on the simulated clock: training and accuracy are real, the time each "
+            "round takes comes from the paper's time model."
+        )
+    return notes
+
+
+def _result_table(run: RunResult) -> Table:
+    s = run.summary
+    target = run.target_accuracy
+    rows = [
+        ["policy", run.name],
+        ["target accuracy", "-" if target is None else f"{target * 100:g}%"],
+        ["time to target (h)", time_to_target_text(run.time_to_target_s, run.sim_time_s)],
+        ["rounds", str(s.get("rounds", len(run.rounds)))],
+        ["final accuracy", _fmt(s.get("final_accuracy"))],
+        ["best accuracy", _fmt(s.get("best_accuracy"))],
+        ["time run (h)", f"{run.sim_time_s / 3600:.3f}"],
+        ["stopped because", str(s.get("stopped_reason") or "-")],
+    ]
+    if run.rounds:
+        rows.append(["mean k", f"{float(np.nanmean(run.column('k'))):.1f}"])
+    return Table(["", "value"], rows)
+
+
+def _fmt(value: object) -> str:
+    return "-" if value is None else f"{float(value):.4f}"  # type: ignore[arg-type]
+
+
+def render_comparison(comp_dir: str | Path) -> Path:
+    path = Path(comp_dir)
+    runs = [load_run(d) for d in run_subdirs(path)]
+    if not runs:
+        raise ReportError(f"{path}: no run directories (subdirectories with rounds.csv)")
+    for run in runs:
+        render_run(run.path)
+    csv_path = write_comparison(path, runs)
+    images = plot_comparison(path, runs)
+    first = runs[0]
+    sections = [
+        Section(
+            "Comparison",
+            tables=[comparison_table(runs)],
+            notes=[f"Also written to {csv_path.name}."],
+        ),
+        Section("Figures", images=images),
+        Section(
+            "Configuration (shared by all runs)",
+            tables=[config_table(first.config, first.summary, skip=("max_sim_hours",))],
+        ),
+        Section(
+            "Per-policy reports",
+            links=[(run.name, f"{run.path.name}/report.html") for run in runs],
+        ),
+    ]
+    workload = first.summary.get("workload") or first.config.get("workload") or ""
+    return write_html(path, f"PowerTrip comparison on {workload}", sections)
+
+
+def render_sweep(sweep_dir: str | Path) -> Path:
+    path = Path(sweep_dir)
+    found = sweep_subdirs(path)
+    if not found:
+        raise ReportError(f"{path}: a sweep needs k<N> run directories (e.g. k10/rounds.csv)")
+    ks = [k for k, _ in found]
+    runs = [load_run(d, label=f"k={k}") for k, d in found]
+    for _, d in found:
+        render_run(d)
+    csv_path = write_sweep(path, runs, ks)
+    images = plot_sweep(path, runs, ks)
+    images.append(plot_accuracy_lines(runs, path / "accuracy_vs_time.png"))
+    k_star = best_k(runs, ks)
+    rows = sweep_rows(runs, ks)
+    table = Table(
+        ["k", "time to target (h)", "rounds", "final acc", "reached"],
+        [
+            [
+                str(r["k"]),
+                time_to_target_text(r["time_to_target_s"], r["sim_time_s"]),
+                str(r["rounds"]),
+                _fmt(r["final_accuracy"]),
+                "yes" if r["reached"] else "no",
+            ]
+            for r in rows
+        ],
+        caption="Static top-k, one run per k; k* highlighted.",
+        highlight={i for i, r in enumerate(rows) if r["k"] == k_star},
+    )
+    verdict = (
+        f"k* = {k_star}: the fastest static k to the target."
+        if k_star is not None
+        else "No k reached the target, so there is no k*."
+    )
+    first = runs[0]
+    sections = [
+        Section("Sweep", notes=[verdict, f"Also written to {csv_path.name}."], tables=[table]),
+        Section("Figures", images=images),
+        Section(
+            "Configuration (shared by all runs)",
+            tables=[config_table(first.config, first.summary)],
+        ),
+        Section(
+            "Per-k reports",
+            links=[
+                (run.name, f"{d.name}/report.html") for run, (_, d) in zip(runs, found, strict=True)
+            ],
+        ),
+    ]
+    workload = first.summary.get("workload") or first.config.get("workload") or ""
+    return write_html(path, f"PowerTrip static-k sweep on {workload}", sections)
