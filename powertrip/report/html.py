@@ -1,77 +1,178 @@
-"""One static report.html per directory: the plots, the table and the set-up."""
+"""A single static report.html: headings, notes, tables and the PNGs beside it.
+
+No scripts and no external assets, so the file opens anywhere and can be archived with
+its directory; images are referenced relative to the report.
+"""
 
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from powertrip.report.data import RunResult, table_cells
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;
+       max-width: 1000px; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #eee; padding-bottom: .2em; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ccc; padding: .35em .7em; text-align: left; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.highlight td { background: #fff6d5; font-weight: 600; }
+caption { caption-side: top; text-align: left; color: #555; padding-bottom: .3em; }
+figure { margin: 1.2em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+p.note { color: #555; font-size: 0.92em; }
+"""
 
 
-def _table(rows: Sequence[dict]) -> str:
-    if not rows:
-        return ""
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row.values()) + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+@dataclass
+class Table:
+    """An HTML table; rows whose index is in `highlight` are emphasised (e.g. k*)."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+    highlight: set[int] = field(default_factory=set)
 
 
-def setup_rows(config: dict, summary: dict) -> list[dict]:
-    clock = summary.get("clock") or config.get("clock", "simulated")
-    clock_text = (
-        "simulated clock: real training and accuracy, time from the model"
-        if clock == "simulated"
-        else "wall clock: real elapsed time over real links"
-    )
-    items = [
-        ("workload", config.get("workload")),
-        ("clock", clock_text),
-        ("work model", config.get("work_model", "local-steps")),
-        ("sites", config.get("num_sites")),
-        ("seed", config.get("seed")),
-        ("update size (GB, emulated)", config.get("update_size_gb")),
-        ("target accuracy", config.get("target_accuracy")),
-        ("estimator", config.get("estimator")),
-        (
-            "lr / batch / local steps",
-            f"{config.get('lr')} / {config.get('batch_size')} / {config.get('local_steps')}",
-        ),
-        ("tau (s, full-power local work)", config.get("tau_s")),
+@dataclass
+class Section:
+    """One heading with notes, tables and images (paths, made relative to the report)."""
+
+    title: str
+    notes: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+    #: (text, href) links, e.g. to per-run reports
+    links: list[tuple[str, str]] = field(default_factory=list)
+
+
+_CAPTIONS = {
+    "accuracy_vs_time.png": "Held-out accuracy against time; dashed line is the target.",
+    "k_vs_time.png": "Sites selected per round over time (paper Fig. 10 style).",
+    "round_breakdown.png": (
+        "Per round: the straggler's compute and communication (stacked, = round time) and "
+        "the mean idle (wait) time of the selected sites."
+    ),
+    "predicted_vs_actual.png": "The policy's predicted round time against the actual one.",
+    "site_map.png": "Site population: power fraction vs distance; selected sites coloured.",
+    "time_to_accuracy.png": (
+        "Time to target accuracy per policy (paper Fig. 9 style); hatched bars did not "
+        "reach the target within the time shown."
+    ),
+    "static_k_sweep.png": (
+        "Time to target against static k (paper Fig. 8); hollow markers at the top did not "
+        "reach the target; the star is k*."
+    ),
+}
+
+
+def write_html(dir: str | Path, title: str, sections: Sequence[Section]) -> Path:
+    """Write DIR/report.html and return its path."""
+    out_dir = Path(dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / "report.html"
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
     ]
-    return [{"setting": k, "value": v} for k, v in items if v is not None]
-
-
-def write_html(
-    directory: str | Path, title: str, sections: Sequence[tuple[str, str]], images: Sequence[Path]
-) -> Path:
-    """`sections` are (heading, html) pairs; images are embedded by relative path."""
-    directory = Path(directory)
-    parts = [f"<h1>{html.escape(title)}</h1>"]
-    for heading, content in sections:
-        parts.append(f"<h2>{html.escape(heading)}</h2>{content}")
-    if images:
-        parts.append("<h2>Plots</h2>")
-        for image in images:
-            rel = Path(image).relative_to(directory)
-            parts.append(
-                f'<figure><img src="{html.escape(str(rel))}" alt="{html.escape(rel.stem)}">'
-                f"<figcaption>{html.escape(rel.stem.replace('_', ' '))}</figcaption></figure>"
+    for section in sections:
+        parts.append(f"<h2>{esc(section.title)}</h2>")
+        parts.extend(f'<p class="note">{esc(note)}</p>' for note in section.notes)
+        parts.extend(_table_html(table) for table in section.tables)
+        if section.links:
+            items = "".join(
+                f'<li><a href="{esc(href, quote=True)}">{esc(text)}</a></li>'
+                for text, href in section.links
             )
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;"
-        "text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
-        "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}"
-    )
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
-    )
-    path = directory / "report.html"
-    path.write_text(page)
-    return path
+            parts.append(f"<ul>{items}</ul>")
+        for image in section.images:
+            src = Path(os.path.relpath(Path(image).resolve(), out_dir.resolve())).as_posix()
+            caption = _CAPTIONS.get(Path(image).name, Path(image).stem.replace("_", " "))
+            parts.append(
+                f'<figure><img src="{esc(src, quote=True)}" alt="{esc(caption, quote=True)}">'
+                f"<figcaption>{esc(caption)}</figcaption></figure>"
+            )
+    parts.append("</body></html>")
+    out.write_text("\n".join(parts) + "\n")
+    return out
 
 
-table = _table
+def _table_html(table: Table) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in table.headers)
+    body = []
+    for i, row in enumerate(table.rows):
+        cells = "".join(
+            f'<td class="num">{esc(c)}</td>' if _is_number(c) else f"<td>{esc(c)}</td>" for c in row
+        )
+        cls = ' class="highlight"' if i in table.highlight else ""
+        body.append(f"<tr{cls}>{cells}</tr>")
+    caption = f"<caption>{esc(table.caption)}</caption>" if table.caption else ""
+    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ---- tables the reports share ----------------------------------------------------------
+def comparison_table(runs: Sequence[RunResult]) -> Table:
+    """The comparison as an HTML table, same cells as format_table()."""
+    headers, rows = table_cells(runs)
+    return Table(headers, rows, caption="Fastest to target first; runs that missed it last.")
+
+
+def clock_text(clock: str) -> str:
+    if clock == "wall":
+        return "wall clock"
+    return "simulated clock: time from the model, real training"
+
+
+def config_table(
+    config: dict[str, Any], summary: dict[str, Any] | None = None, skip: Sequence[str] = ()
+) -> Table:
+    """The settings a reader needs to interpret the plots (keys in `skip` left out)."""
+    summary = summary or {}
+
+    def get(key: str) -> Any:
+        value = config.get(key)
+        return summary.get(key) if value is None else value
+
+    size_gb = get("update_size_gb")
+    if size_gb is None and get("update_size_bytes") is not None:
+        size_gb = float(get("update_size_bytes")) / 1e9
+    target = get("target_accuracy")
+    rows = [
+        ["workload", str(get("workload") or "-")],
+        ["clock", clock_text(str(get("clock") or "simulated"))],
+        ["sites", str(get("num_sites") or "-")],
+        ["seed", str(get("seed") if get("seed") is not None else "-")],
+        ["update size", "-" if size_gb is None else f"{float(size_gb):g} GB"],
+        ["work model", str(get("work_model") or "-")],
+        ["target accuracy", "-" if target is None else f"{float(target) * 100:g}%"],
+    ]
+    for key, label in (
+        ("estimator", "round-time estimator"),
+        ("max_rounds", "max rounds"),
+        ("max_sim_hours", "max simulated hours (0 = no limit)"),
+    ):
+        if key not in skip and get(key) is not None:
+            rows.append([label, str(get(key))])
+    return Table(["setting", "value"], rows, caption="Configuration")

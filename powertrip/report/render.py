@@ -7,6 +7,7 @@ rendered); a comparison holds one run directory per policy.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,8 +104,8 @@ def _result_table(run: RunResult) -> Table:
     return Table(["", "value"], rows)
 
 
-def _fmt(value: object) -> str:
-    return "-" if value is None else f"{float(value):.4f}"  # type: ignore[arg-type]
+def _fmt(value: Any) -> str:
+    return "-" if value is None or value != value else f"{float(value):.4f}"
 
 
 def render_comparison(comp_dir: str | Path) -> Path:

@@ -1,87 +1,327 @@
-"""Reports from hand-written run directories: tables, k*, plots, and clear errors."""
+"""powertrip.report on small hand-written run directories (no services, no training)."""
 
 from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
-import yaml
 
-from powertrip.report import ReportError, format_table, load_run, render
-from powertrip.report.results import REQUIRED_COLUMNS
+from powertrip.report import (
+    ReportError,
+    best_k,
+    detect,
+    format_table,
+    load_run,
+    plot_comparison,
+    plot_run,
+    plot_sweep,
+    render,
+    write_comparison,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HEADER = (
+    "round,sim_time_s,round_time_s,k,sites,accuracy,loss,compute_s,comm_s,wait_s,"
+    "aggregation_s,predicted_round_time_s,bytes_up,bytes_down,straggler,mode,clock"
+)
+SITES = [
+    {"site_id": f"site-{i:03d}", "power_fraction": p, "distance_miles": d,
+     "bandwidth_bytes_per_s": 1.25e9 * 100 / d}
+    for i, (p, d) in enumerate([(1.0, 150.0), (0.8, 900.0), (0.5, 2500.0), (0.2, 6000.0)])
+]  # fmt: skip
 
 
-def write_run(path, policy, accuracies, round_time, target=0.5, k=3):
-    path.mkdir(parents=True)
-    columns = [*REQUIRED_COLUMNS, "wait_s"]
-    sim, rows, reached = 0.0, [], None
-    for i, acc in enumerate(accuracies, start=1):
-        sim += round_time
-        rows.append({
-            "round": i, "sim_time_s": sim, "round_time_s": round_time, "k": k,
-            "sites": ";".join(f"site-{j:03d}" for j in range(k)), "accuracy": acc, "loss": 1 - acc,
-            "compute_s": round_time * 0.6, "comm_s": round_time * 0.3, "predicted_round_time_s": round_time * 0.9,
-            "bytes_up": 100, "bytes_down": 100, "wait_s": 1.0,
-        })
-        if reached is None and acc >= target:
-            reached = sim
-    with (path / "rounds.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    (path / "summary.json").write_text(json.dumps({
-        "policy": policy, "workload": "synthetic", "clock": "simulated", "rounds": len(rows),
-        "target_accuracy": target, "final_accuracy": accuracies[-1], "best_accuracy": max(accuracies),
-        "time_to_target_s": reached, "sim_time_s": sim, "mean_k": k,
-        "sites": [{"site_id": f"site-{j:03d}", "power_fraction": 0.5, "distance_miles": 100.0 * (j + 1),
-                   "bandwidth_bytes_per_s": 1e8} for j in range(6)],
-    }))
-    (path / "config.yaml").write_text(yaml.safe_dump({"policy": policy, "workload": "synthetic",
-                                                      "num_sites": 6, "clock": "simulated"}))
+def make_run(
+    root: Path,
+    policy: str,
+    accuracies: list[float],
+    round_s: float,
+    ks: list[int] | None = None,
+    target: float = 0.8,
+    sites: bool = True,
+    header: str = HEADER,
+) -> Path:
+    """Write config.yaml, rounds.csv and summary.json the way the aggregator does."""
+    run = root / policy
+    run.mkdir(parents=True)
+    ks = ks or [2] * len(accuracies)
+    (run / "config.yaml").write_text(
+        f"policy: {policy}\nworkload: synthetic\nnum_sites: 4\nseed: 7\nclock: simulated\n"
+        f"work_model: local-steps\ntarget_accuracy: {target}\nupdate_size_gb: 2.5\n"
+    )
+    lines = [header]
+    t = 0.0
+    time_to_target = None
+    for i, (acc, k) in enumerate(zip(accuracies, ks, strict=True), start=1):
+        dt = round_s * (1 + 0.1 * i)
+        t += dt
+        chosen = ";".join(s["site_id"] for s in SITES[:k])
+        lines.append(
+            f"{i},{t},{dt},{k},{chosen},{acc},{1 - acc},{dt * 0.6},{dt * 0.35},{dt * 0.1},"
+            f"{dt * 0.05},{dt * 0.9},1000,2000,site-001,normal,simulated"
+        )
+        if time_to_target is None and acc >= target:
+            time_to_target = t
+    (run / "rounds.csv").write_text("\n".join(lines) + "\n")
+    summary = {
+        "policy": policy,
+        "workload": "synthetic",
+        "clock": "simulated",
+        "rounds": len(accuracies),
+        "target_accuracy": target,
+        "final_accuracy": accuracies[-1],
+        "best_accuracy": max(accuracies),
+        "time_to_target_s": time_to_target,
+        "sim_time_s": t,
+        "stopped_reason": "target" if time_to_target else "max_rounds",
+        "mean_k": sum(ks) / len(ks),
+    }
+    if sites:
+        summary["sites"] = SITES
+    (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    return run
 
 
-def test_comparison_table_orders_by_time_and_marks_not_reached(tmp_path):
-    write_run(tmp_path / "slow", "slow", [0.1, 0.3, 0.5, 0.6], 100)
-    write_run(tmp_path / "fast", "fast", [0.2, 0.55], 100)
-    write_run(tmp_path / "never", "never", [0.1, 0.2, 0.3], 50)
-    report = render(tmp_path)
-    assert report.name == "report.html" and "fast" in report.read_text()
-    rows = list(csv.DictReader((tmp_path / "comparison.csv").open()))
-    assert [r["policy"] for r in rows] == ["fast", "slow", "never"]
-    assert rows[0]["time_to_target_s"] == "200.0" and rows[2]["time_to_target_s"] == ""
-    text = format_table([load_run(tmp_path / p) for p in ("slow", "fast", "never")])
-    assert "not reached (> 0.04 h)" in text
-    assert "(1.50x)" in text  # slow: 300 s vs fast 200 s
-    for name in ("accuracy_vs_time.png", "time_to_accuracy.png", "k_vs_time.png"):
-        data = (tmp_path / name).read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 5000
-    for name in ("accuracy_vs_time.png", "k_vs_time.png", "round_breakdown.png", "predicted_vs_actual.png",
-                 "site_map.png", "report.html"):
-        assert (tmp_path / "fast" / name).exists(), name
+def assert_png(path: Path) -> None:
+    assert path.is_file(), path
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert len(data) > 5_000, f"{path} is suspiciously small ({len(data)} bytes)"
 
 
-def test_sweep_finds_k_star(tmp_path):
-    write_run(tmp_path / "k5", "static", [0.2, 0.4, 0.5], 100, k=5)  # 300 s
-    write_run(tmp_path / "k10", "static", [0.3, 0.5], 120, k=10)  # 240 s  <- k*
-    write_run(tmp_path / "k20", "static", [0.3, 0.6], 200, k=20)  # 400 s
-    write_run(tmp_path / "k40", "static", [0.1, 0.2], 300, k=40)  # not reached
-    render(tmp_path)
-    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
-    assert [int(r["k"]) for r in rows] == [5, 10, 20, 40]
-    assert "k* = 10" in (tmp_path / "report.html").read_text()
-    assert (tmp_path / "static_k_sweep.png").read_bytes().startswith(PNG_MAGIC)
+@pytest.fixture()
+def comparison_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "compare"
+    make_run(root, "powertrip", [0.3, 0.55, 0.72, 0.81, 0.84], 600.0, ks=[4, 3, 3, 2, 2])
+    make_run(root, "random", [0.2, 0.4, 0.6, 0.7, 0.78, 0.82], 900.0, ks=[3] * 6)
+    make_run(root, "all", [0.25, 0.45, 0.6, 0.7], 2400.0, ks=[4] * 4)  # never reaches 0.8
+    (root / "logs").mkdir()  # the launcher's logs: not a run
+    return root
 
 
-def test_errors_name_the_file_and_column(tmp_path):
+# ---- reading ---------------------------------------------------------------------------
+def test_load_run_parses_types(tmp_path):
+    run = load_run(make_run(tmp_path, "powertrip", [0.5, 0.85, 0.9], 100.0, ks=[3, 2, 2]))
+    assert run.name == "powertrip"
+    assert run.rounds[0]["round"] == 1 and isinstance(run.rounds[0]["k"], int)
+    assert run.rounds[1]["sites"] == ["site-000", "site-001"]
+    assert run.column("k").tolist() == [3, 2, 2]
+    assert run.reached and run.time_to_target_s == pytest.approx(100 * 1.1 + 100 * 1.2)
+    assert run.config["seed"] == 7
+    assert run.selected_sites() == {"site-000": 3, "site-001": 3, "site-002": 1}
+
+
+def test_missing_rounds_csv_names_the_file(tmp_path):
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6, 0.7], 100.0)
+    (run / "rounds.csv").unlink()
     with pytest.raises(ReportError, match="rounds.csv"):
-        load_run(tmp_path)
-    (tmp_path / "rounds.csv").write_text("round,accuracy\n1,0.5\n")
-    with pytest.raises(ReportError, match="missing column.*sim_time_s"):
-        load_run(tmp_path)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    with pytest.raises(ReportError, match="no rounds.csv"):
-        render(empty)
+        load_run(run)
+
+
+def test_missing_summary_names_the_file(tmp_path):
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6, 0.7], 100.0)
+    (run / "summary.json").unlink()
+    with pytest.raises(ReportError, match="summary.json"):
+        load_run(run)
+
+
+def test_missing_column_names_the_column(tmp_path):
+    header = HEADER.replace("predicted_round_time_s,", "")
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6, 0.7], 100.0)
+    rows = (run / "rounds.csv").read_text().splitlines()
+    kept = []
+    drop = HEADER.split(",").index("predicted_round_time_s")
+    for line in rows:
+        cells = line.split(",")
+        kept.append(",".join(cells[:drop] + cells[drop + 1 :]))
+    assert kept[0] == header
+    (run / "rounds.csv").write_text("\n".join(kept) + "\n")
+    with pytest.raises(ReportError, match=r"rounds\.csv.*predicted_round_time_s"):
+        load_run(run)
+
+
+def test_bad_value_names_file_line_and_column(tmp_path):
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6, 0.7], 100.0)
+    text = (run / "rounds.csv").read_text().replace(",0.6,", ",sixty,", 1)
+    (run / "rounds.csv").write_text(text)
+    with pytest.raises(ReportError, match=r"rounds\.csv, line 3: column 'accuracy'"):
+        load_run(run)
+
+
+def test_malformed_summary_names_key(tmp_path):
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6, 0.7], 100.0)
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["sim_time_s"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ReportError, match=r"summary\.json.*sim_time_s"):
+        load_run(run)
+    (run / "summary.json").write_text("{not json")
+    with pytest.raises(ReportError, match=r"summary\.json: invalid JSON"):
+        load_run(run)
+
+
+def test_unknown_columns_are_ignored(tmp_path):
+    header = HEADER + ",extra_note"
+    run = make_run(tmp_path, "powertrip", [0.5, 0.6], 100.0, header=header)
+    lines = (run / "rounds.csv").read_text().splitlines()
+    lines[1:] = [line + ",hello" for line in lines[1:]]
+    (run / "rounds.csv").write_text("\n".join(lines) + "\n")
+    assert len(load_run(run).rounds) == 2
+
+
+# ---- plots -----------------------------------------------------------------------------
+def test_plot_run_writes_pngs(tmp_path):
+    run = load_run(make_run(tmp_path, "powertrip", [0.3, 0.6, 0.82, 0.85], 300.0, ks=[4, 3, 2, 2]))
+    paths = plot_run(run, tmp_path / "plots")
+    names = sorted(p.name for p in paths)
+    assert names == sorted(
+        [
+            "accuracy_vs_time.png",
+            "k_vs_time.png",
+            "round_breakdown.png",
+            "predicted_vs_actual.png",
+            "site_map.png",
+        ]
+    )
+    for path in paths:
+        assert_png(path)
+
+
+def test_plot_run_without_sites_skips_site_map(tmp_path):
+    run = load_run(make_run(tmp_path, "random", [0.3, 0.5, 0.6], 300.0, sites=False))
+    paths = plot_run(run, run.path)
+    assert "site_map.png" not in {p.name for p in paths}
+    assert not (run.path / "site_map.png").exists()
+    assert len(paths) == 4
+
+
+def test_plot_comparison_writes_pngs(comparison_dir):
+    runs = [load_run(comparison_dir / p) for p in ("powertrip", "random", "all")]
+    paths = plot_comparison(comparison_dir, runs)
+    assert {p.name for p in paths} == {
+        "accuracy_vs_time.png",
+        "time_to_accuracy.png",
+        "k_vs_time.png",
+    }
+    for path in paths:
+        assert_png(path)
+
+
+# ---- comparison table ------------------------------------------------------------------
+def test_comparison_csv_sorted_not_reached_last(comparison_dir):
+    runs = [load_run(comparison_dir / p) for p in ("all", "random", "powertrip")]
+    path = write_comparison(comparison_dir, runs)
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == [
+        "policy",
+        "time_to_target_s",
+        "rounds",
+        "final_accuracy",
+        "best_accuracy",
+        "sim_time_s",
+        "reached",
+    ]
+    assert [r["policy"] for r in rows] == ["powertrip", "random", "all"]
+    assert [r["reached"] for r in rows] == ["true", "true", "false"]
+    assert rows[2]["time_to_target_s"] == ""
+    assert float(rows[0]["time_to_target_s"]) < float(rows[1]["time_to_target_s"])
+    assert rows[1]["rounds"] == "6"
+    assert float(rows[2]["final_accuracy"]) == pytest.approx(0.7)
+
+
+def test_format_table_shows_not_reached(comparison_dir):
+    runs = [load_run(comparison_dir / p) for p in ("all", "random", "powertrip")]
+    table = format_table(runs)
+    lines = table.splitlines()
+    assert lines[0].split()[0] == "policy"
+    assert [line.split()[0] for line in lines[2:]] == ["powertrip", "random", "all"]
+    sim_h = runs[0].sim_time_s / 3600
+    assert f"not reached (> {sim_h:.3f} h)" in lines[-1]
+    ttt_h = runs[2].time_to_target_s / 3600
+    assert f"{ttt_h:.3f}" in lines[2]
+    # fixed width: every data line starts its second column at the same offset
+    col = lines[0].index("time to target")
+    assert all(line[col - 2 : col] == "  " for line in lines[2:])
+
+
+def test_format_table_accepts_csv_rows(comparison_dir):
+    runs = [load_run(comparison_dir / p) for p in ("all", "random", "powertrip")]
+    with write_comparison(comparison_dir, runs).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert format_table(rows) == format_table(runs)
+
+
+# ---- render / detection ----------------------------------------------------------------
+def test_render_run_dir(tmp_path):
+    run = make_run(tmp_path, "powertrip", [0.3, 0.6, 0.82], 300.0)
+    assert detect(run) == "run"
+    report = render(run)
+    assert report == run / "report.html"
+    text = report.read_text()
+    for name in ("accuracy_vs_time.png", "k_vs_time.png", "site_map.png"):
+        assert f'src="{name}"' in text
+        assert_png(run / name)
+    assert "simulated clock: time from the model, real training" in text
+    assert "2.5 GB" in text and "local-steps" in text
+    assert "<script" not in text
+
+
+def test_render_comparison_dir(comparison_dir):
+    assert detect(comparison_dir) == "comparison"
+    report = render(comparison_dir)
+    text = report.read_text()
+    assert (comparison_dir / "comparison.csv").is_file()
+    for name in ("accuracy_vs_time.png", "time_to_accuracy.png", "k_vs_time.png"):
+        assert f'src="{name}"' in text
+        assert_png(comparison_dir / name)
+    assert "not reached" in text
+    assert text.index(">powertrip<") < text.index(">random<") < text.index(">all<")
+    assert 'href="powertrip/report.html"' in text
+    assert (comparison_dir / "powertrip" / "report.html").is_file()
+
+
+def make_sweep(root: Path) -> Path:
+    # k=10 slow rounds, k=20 fastest, k=30 slower, k=40 never reaches: a convex curve
+    make_run(root, "k10", [0.4, 0.6, 0.75, 0.81], 900.0, ks=[10] * 4)
+    make_run(root, "k20", [0.5, 0.7, 0.82], 700.0, ks=[20] * 3)
+    make_run(root, "k30", [0.55, 0.72, 0.83], 1200.0, ks=[30] * 3)
+    make_run(root, "k40", [0.5, 0.6, 0.7], 2000.0, ks=[40] * 3)
+    return root
+
+
+def test_sweep_picks_k_star(tmp_path):
+    root = make_sweep(tmp_path / "sweep")
+    ks = [10, 20, 30, 40]
+    runs = [load_run(root / f"k{k}") for k in ks]
+    assert best_k(runs, ks) == 20
+    assert best_k(runs[3:], ks[3:]) is None
+    (path,) = plot_sweep(root, runs, ks)
+    assert path.name == "static_k_sweep.png"
+    assert_png(path)
+
+
+def test_render_sweep_dir(tmp_path):
+    root = make_sweep(tmp_path / "sweep")
+    assert detect(root) == "sweep"
+    report = render(root)
+    with (root / "sweep.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["k", "time_to_target_s", "rounds", "final_accuracy", "reached"]
+    assert [r["k"] for r in rows] == ["10", "20", "30", "40"]
+    assert [r["reached"] for r in rows] == ["true", "true", "true", "false"]
+    text = report.read_text()
+    assert "k* = 20" in text
+    assert 'src="static_k_sweep.png"' in text
+    assert_png(root / "static_k_sweep.png")
+    assert detect(root) == "sweep"  # still a sweep once sweep.csv exists
+
+
+def test_render_rejects_other_dirs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="not a run directory"):
+        render(tmp_path / "empty")
+    with pytest.raises(ReportError, match="not a directory"):
+        render(tmp_path / "missing")
