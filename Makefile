@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= runs/demo
+# the policies of the paper's Fig. 9, plus `all`
+DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
 
 .PHONY: setup demo test lint proto clean
 
@@ -16,7 +18,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create .venv and install powertrip into it (no-op when up to date)
 
 demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
-	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT)
+	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT) \
+		--policies $(DEMO_POLICIES) --budget-factor 1.5
 
 test: setup  ## the whole test suite
 	$(BIN)/pytest -q

@@ -123,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "policies":
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
     if args.command == "report":
-        from powertrip.report import render
+        from powertrip.report import ReportError, render
 
-        path = render(Path(args.dir))
+        try:
+            path = render(Path(args.dir))
+        except ReportError as exc:
+            print(f"powertrip report: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"report: {path}")
         return 0
     from powertrip.experiments import commands

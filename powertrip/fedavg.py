@@ -48,6 +48,8 @@ class StreamingFedAvg:
         self._position = {site: i for i, site in enumerate(self.order)}
         self._template = {k: (v.shape, v.dtype) for k, v in template.items()}
         self._acc = {k: np.zeros(v.shape, dtype=np.float64) for k, v in template.items()}
+        # one reusable float64 buffer per tensor: weighting a delta allocates nothing
+        self._scratch = {k: np.empty(v.shape, dtype=np.float64) for k, v in template.items()}
         self._weight = 0.0
         self._next = 0
         self._parked: dict[int, tuple[Mapping[str, np.ndarray], float]] = {}
@@ -72,7 +74,9 @@ class StreamingFedAvg:
             if self._next in self._parked:
                 delta, weight = self._parked.pop(self._next)
                 for key, acc in self._acc.items():
-                    acc += delta[key].astype(np.float64, copy=False) * weight
+                    scratch = self._scratch[key]
+                    np.multiply(delta[key], np.float64(weight), out=scratch)
+                    np.add(acc, scratch, out=acc)
                 self._weight += weight
                 self.contributors.append(self.order[self._next])
             elif self._next not in self._skipped:

@@ -104,7 +104,9 @@ class RoundLoop:
         self.workload = get_workload(self.run.workload)
         self.recorder = RunRecorder(config.out_dir)
         self.result = LoopResult()
-        torch.set_num_threads(max(1, self.run.threads_per_worker))
+        # Evaluation runs while the site workers wait for the next round, so it may use
+        # every core the workers use between them.
+        torch.set_num_threads(max(1, self.run.workers * self.run.threads_per_worker))
 
     # ---- set-up ------------------------------------------------------------------------
     def prepare(self) -> None:
