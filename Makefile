@@ -19,7 +19,7 @@ setup: $(STAMP)  ## create .venv and install powertrip into it (no-op when up to
 
 demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT) \
-		--policies $(DEMO_POLICIES) --budget-factor 1.5
+		--policies $(DEMO_POLICIES) --budget-factor 1.25
 
 test: setup  ## the whole test suite
 	$(BIN)/pytest -q

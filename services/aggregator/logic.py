@@ -236,6 +236,13 @@ class RoundLoop:
         selection = self.select(round_no, profiles)
         if not selection.site_ids:
             raise RunFailed(f"policy {run.policy} selected no site in round {round_no}")
+        sim_round_s, timing, _ = self.simulated_time(selection, profiles_by_id)
+        if run.clock == "simulated" and run.max_sim_hours:
+            # On the simulated clock the round's length is known before it runs: do not
+            # train a round that would end after the time budget.
+            if result.sim_time_s + sim_round_s > run.max_sim_hours * 3600:
+                result.stopped_reason = "time_budget"
+                return True
         progress = self.dispatch(round_no, selection)
         self.collect(progress)
         wall_train = time.monotonic() - wall_start
@@ -248,7 +255,6 @@ class RoundLoop:
         wall_eval = time.monotonic() - eval_start
         self.state.set_model(new_weights, version=progress.model_version + 1)
 
-        sim_round_s, timing, _ = self.simulated_time(selection, profiles_by_id)
         wall_round_s = time.monotonic() - wall_start
         round_s = sim_round_s if run.clock == "simulated" else wall_round_s
         result.sim_time_s += round_s
