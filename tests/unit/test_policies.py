@@ -37,7 +37,9 @@ def sites():
 
 
 def ctx(t, history=(), **kw):
-    return Context(table=t, update_size_bytes=kw.pop("m", 1.5 * GB), tau_s=60.0, history=tuple(history), **kw)
+    return Context(
+        table=t, update_size_bytes=kw.pop("m", 1.5 * GB), tau_s=60.0, history=tuple(history), **kw
+    )
 
 
 def ids(t, decision):
@@ -70,7 +72,11 @@ def test_all_takes_every_alive_site_and_dead_sites_are_never_chosen():
 
 
 def test_random_is_seeded_by_seed_and_round(sites):
-    pick = lambda seed, rnd: ids(sites, get_policy("random").select(ctx(sites, seed=seed, round=rnd, params={"k": 3})))  # noqa: E731
+    def pick(seed, rnd):
+        return ids(
+            sites, get_policy("random").select(ctx(sites, seed=seed, round=rnd, params={"k": 3}))
+        )
+
     assert pick(1, 1) == pick(1, 1)
     assert len(set(pick(1, 1))) == 3
     draws = {tuple(pick(1, r)) for r in range(1, 20)}
@@ -149,7 +155,9 @@ def test_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_patience():
 
 def test_powertrip_stops_at_target():
     t = _uniform_sites()
-    d = get_policy("powertrip").select(ctx(t, [RoundOutcome(1, 2, 0.81, 10.0)], target_accuracy=0.8))
+    d = get_policy("powertrip").select(
+        ctx(t, [RoundOutcome(1, 2, 0.81, 10.0)], target_accuracy=0.8)
+    )
     assert d.stop
 
 
