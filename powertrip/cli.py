@@ -24,6 +24,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--update-size-gb", type=float, help="emulated update size M in GB")
     parser.add_argument("--seed", type=int, help="seed for sites, data split and training")
     parser.add_argument("--clock", choices=("simulated", "wall"), help="time source")
+    parser.add_argument(
+        "--power",
+        choices=("uniform", "trace"),
+        help="site power: U[0.1, 1] drawn once, or Google PowerData 2019 replay",
+    )
     parser.add_argument("--estimator", choices=("paper", "clock"), help="round-time estimator")
     parser.add_argument("--workers", type=int, help="site-worker processes (default 2)")
     parser.add_argument("--data-dir", help="data directory for the workload")
@@ -90,6 +95,7 @@ def load_config(args: argparse.Namespace) -> RunConfig:
             "update_size_gb",
             "seed",
             "clock",
+            "power",
             "estimator",
             "workers",
             "data_dir",

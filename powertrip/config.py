@@ -13,7 +13,7 @@ import yaml
 CLOCKS = ("simulated", "wall")
 WORK_MODELS = ("local-steps", "data-parallel")
 ESTIMATORS = ("paper", "clock")
-POWER_MODES = ("uniform",)
+POWER_MODES = ("uniform", "trace")
 
 
 class ConfigError(ValueError):
@@ -37,7 +37,9 @@ class RunConfig:
     estimator: str = "paper"
     comm_directions: int = 2
     aggregation_s: float = 1.0
-    power: str = "uniform"
+    power: str = "uniform"  # "trace": Google PowerData 2019 replay (data/google-power/)
+    power_trace: str | None = None  # trace file for power=trace (default: the shipped cell a)
+    gpus_per_site: int = 32  # N_max per site; trace mode's power granularity
     lr: float | None = None
     batch_size: int | None = None
     local_steps: int | None = None
@@ -151,6 +153,7 @@ class RunConfig:
             "reference_bandwidth_gbps",
             f"must be > 0, got {self.reference_bandwidth_gbps}",
         )
+        need(self.gpus_per_site >= 1, "gpus_per_site", f"must be >= 1, got {self.gpus_per_site}")
         need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
         need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")

@@ -7,6 +7,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from powertrip.config import ConfigError, RunConfig
+from powertrip.power import TraceError
 from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
@@ -25,13 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run = run.with_overrides(num_sites=args.sites, seed=args.seed).validate()
-    except ConfigError as exc:
+        book = ProfileBook(ProfilerConfig.from_run_config(run))
+    except (ConfigError, TraceError) as exc:
         print(f"profiler: {exc}", file=sys.stderr)
         return 2
     registry = CollectorRegistry()
-    servicer = ProfilerServicer(
-        ProfileBook(ProfilerConfig.from_run_config(run)), ProfilerMetrics(registry)
-    )
+    servicer = ProfilerServicer(book, ProfilerMetrics(registry))
     return serve(
         SPEC,
         args,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from powertrip.power import DEFAULT_TRACE, assign_traces, load_domains
 from powertrip.profiles import Site, generate_population
 from services.profiler.config import ProfilerConfig
 
@@ -30,10 +31,24 @@ class ProfileBook:
     def __post_init__(self) -> None:
         self.sites = generate_population(self.config.population)
         self._by_id = {s.site_id: s for s in self.sites}
+        self.traces = None
+        if self.config.power == "trace":
+            domains = load_domains(self.config.power_trace or DEFAULT_TRACE)
+            population = self.config.population
+            self.traces = assign_traces(
+                domains, population.num_sites, population.seed, population.gpus_per_site
+            )
 
     def power_at(self, site: Site, at_s: float) -> float:
-        """Uniform mode draws p_i once (paper §5.1), so it does not depend on time."""
-        return site.power_fraction
+        """Uniform mode draws p_i once (paper §5.1); trace mode replays spare power at t."""
+        if self.traces is None:
+            return site.power_fraction
+        return self.traces[site.index].power_fraction_at(at_s)
+
+    def gpus_at(self, site: Site, at_s: float) -> int:
+        if self.traces is None:
+            return int(site.power_fraction * site.gpus_available)
+        return self.traces[site.index].effective_gpus_at(at_s)
 
     def lookup(self, site_ids: list[str]) -> list[Site]:
         if not site_ids:

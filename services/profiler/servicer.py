@@ -5,7 +5,6 @@ from __future__ import annotations
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from powertrip.timemodel import effective_gpus
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from services.profiler.logic import ProfileBook, SiteTelemetry
 
@@ -56,7 +55,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         for site in sites:
             power = self.book.power_at(site, request.at_s)
             self.metrics.power.labels(site.site_id).set(power)
-            gpus = effective_gpus(site.gpus_available, power * site.gpus_available, 1.0)
+            gpus = self.book.gpus_at(site, request.at_s)
             profiles.append(
                 common_pb2.SiteProfile(
                     site_id=site.site_id,

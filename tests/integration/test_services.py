@@ -263,3 +263,21 @@ def test_bad_deltas_are_rejected_and_good_ones_aggregated(service_factory, run_c
         time.sleep(0.2)
     rows = list(csv.DictReader((tmp_path / "run" / "rounds.csv").open()))
     assert len(rows) == 2
+
+
+def test_trace_power_changes_between_rounds(service_factory, tmp_path):
+    config = RunConfig(workload="synthetic", num_sites=30, seed=1, power="trace")
+    path = tmp_path / "trace.yaml"
+    config.write_yaml(path)
+    profiler = service_factory("profiler", "--config", str(path))
+    with open_channel(profiler.target) as channel:
+        stub = profiler_pb2_grpc.ProfilerStub(channel)
+        early = stub.GetProfiles(profiler_pb2.GetProfilesRequest(at_s=0), timeout=5)
+        later = stub.GetProfiles(profiler_pb2.GetProfilesRequest(at_s=4 * 3600), timeout=5)
+    assert early.power_mode == "trace"
+    before = np.array([s.power_fraction for s in early.sites])
+    after = np.array([s.power_fraction for s in later.sites])
+    assert (before != after).any()
+    assert before.min() > 0 and before.max() < 0.5  # cell a: 21-39 % spare
+    assert all(s.power_source == "trace" for s in early.sites)
+    assert all(s.gpus_effective == round(s.power_fraction * 32) for s in early.sites)
