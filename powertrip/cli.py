@@ -76,6 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("policies", help="list the site-selection policies")
 
+    data = sub.add_parser("data", help="inspect or prepare a workload's data")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    info = data_sub.add_parser("info", help="samples per site and class coverage for N sites")
+    info.add_argument("workload")
+    info.add_argument("--sites", type=int, default=100)
+    info.add_argument("--seed", type=int, default=0)
+    info.add_argument("--data-dir")
+    prepare = data_sub.add_parser(
+        "prepare", help="build a workload's cached data (e.g. shakespeare)"
+    )
+    prepare.add_argument("workload")
+    prepare.add_argument("--cache-dir", help="where to write the prepared data")
+
     serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
     serve.add_argument("service", choices=SERVICES)
     serve.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
@@ -138,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         print(f"report: {path}")
         return 0
+    if args.command == "data":
+        from powertrip.experiments import datacmd
+
+        return datacmd.main(args)
     from powertrip.experiments import commands
     from powertrip.experiments.runner import RunError
     from powertrip.workloads import DataError, UnknownWorkload

@@ -160,3 +160,35 @@ def test_missing_data_dir_says_where_it_looked(tmp_path):
     )
     assert done.returncode == 2
     assert str(tmp_path / "nowhere") in done.stderr
+
+
+def test_data_info_reports_per_site_samples():
+    done = powertrip("data", "info", "femnist", "--sites", "100", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "311 users grouped into 100 sites" in done.stdout
+    assert "samples min" in done.stdout and "of 62" in done.stdout
+    bad = powertrip("data", "info", "nope", timeout=60)
+    assert bad.returncode == 2 and "valid workloads" in bad.stderr
+
+
+def test_report_of_a_missing_directory_exits_2(tmp_path):
+    done = powertrip("report", str(tmp_path / "missing"), timeout=60)
+    assert done.returncode == 2 and "not a directory" in done.stderr
+
+
+def test_policies_lists_every_policy():
+    done = powertrip("policies", timeout=60)
+    assert done.returncode == 0
+    names = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+    for name in (
+        "powertrip",
+        "random",
+        "centralized-25",
+        "centralized-50",
+        "radius",
+        "static",
+        "highest-power",
+        "lowest-latency",
+        "all",
+    ):
+        assert name in names

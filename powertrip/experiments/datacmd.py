@@ -1,0 +1,62 @@
+"""`powertrip data info|prepare`: what each site gets, and one-off data preparation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from powertrip.workloads import DataError, UnknownWorkload, get_workload
+
+
+def info(args: argparse.Namespace) -> int:
+    workload = get_workload(args.workload)
+    if args.sites < 1:
+        print("powertrip data info: --sites must be >= 1", file=sys.stderr)
+        return 2
+    dataset = workload.load(args.data_dir, args.seed)
+    try:
+        partition = workload.partition(dataset, args.sites, args.seed)
+    except ValueError as exc:
+        print(f"powertrip data info: {exc}", file=sys.stderr)
+        return 2
+    sizes = partition.sizes()
+    classes = np.array([len(np.unique(dataset.train.y[ix])) for ix in partition.site_indices])
+    print(f"workload      {workload.name}: {workload.summary}")
+    print(f"source        {dataset.source}")
+    print(
+        f"samples       {len(dataset.train)} train, {len(dataset.test)} held-out, "
+        f"{len(dataset.user_names)} natural users, {dataset.num_classes} classes"
+    )
+    print(f"partition     {partition.note}")
+    print(
+        f"per site      samples min {sizes.min()} / median {int(np.median(sizes))} / "
+        f"max {sizes.max()}"
+    )
+    print(
+        f"class cover   classes per site min {classes.min()} / median {int(np.median(classes))} / "
+        f"max {classes.max()} of {dataset.num_classes}"
+    )
+    covered = len(np.unique(dataset.train.y))
+    print(f"all sites     {covered} of {dataset.num_classes} classes present in training data")
+    return 0
+
+
+def prepare(args: argparse.Namespace) -> int:
+    workload = get_workload(args.workload)
+    prepare_fn = getattr(workload, "prepare", None)
+    if prepare_fn is None:
+        print(f"{workload.name}: nothing to prepare (its data ships with the repository)")
+        return 0
+    path = prepare_fn(args.cache_dir) if args.cache_dir else prepare_fn()
+    print(f"{workload.name}: prepared {path}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return info(args) if args.data_command == "info" else prepare(args)
+    except (UnknownWorkload, DataError) as exc:
+        print(f"powertrip data: {exc}", file=sys.stderr)
+        return 2
