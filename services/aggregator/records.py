@@ -9,32 +9,10 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
-
-ROUND_COLUMNS = [
-    "round",
-    "sim_time_s",
-    "round_time_s",
-    "k",
-    "sites",
-    "accuracy",
-    "loss",
-    "compute_s",
-    "comm_s",
-    "wait_s",
-    "aggregation_s",
-    "predicted_round_time_s",
-    "bytes_up",
-    "bytes_down",
-    "emulated_bytes",
-    "straggler",
-    "mode",
-    "train_loss",
-    "clock",
-]
 
 
 @dataclass
@@ -58,6 +36,10 @@ class RoundRow:
     mode: str
     train_loss: float
     clock: str
+
+
+#: rounds.csv columns, in file order: exactly the fields of RoundRow.
+ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
 def _fmt(value) -> str:

@@ -52,7 +52,8 @@ def run_config(tmp_path):
     return path
 
 
-def test_each_service_is_healthy_and_reflects_its_contract(service_factory, run_config, tmp_path):
+def _stack(service_factory, run_config, out_dir, *extra):
+    """Profiler, policy and an aggregator wired to them, each a real process."""
     profiler = service_factory("profiler", "--config", str(run_config))
     policy = service_factory("policy")
     aggregator = service_factory(
@@ -60,12 +61,18 @@ def test_each_service_is_healthy_and_reflects_its_contract(service_factory, run_
         "--config",
         str(run_config),
         "--out",
-        str(tmp_path / "run"),
+        str(out_dir),
         "--profiler",
         profiler.target,
         "--policy",
         policy.target,
+        *extra,
     )
+    return profiler, policy, aggregator
+
+
+def test_each_service_is_healthy_and_reflects_its_contract(service_factory, run_config, tmp_path):
+    profiler, policy, aggregator = _stack(service_factory, run_config, tmp_path / "run")
     worker = service_factory(
         "site_worker", "--aggregator", "127.0.0.1:1", "--sites", "site-000", wait_serving=True
     )
@@ -154,21 +161,7 @@ def _upload(stub, header, arrays):
 
 
 def test_bad_deltas_are_rejected_and_good_ones_aggregated(service_factory, run_config, tmp_path):
-    profiler = service_factory("profiler", "--config", str(run_config))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator",
-        "--config",
-        str(run_config),
-        "--out",
-        str(tmp_path / "run"),
-        "--profiler",
-        profiler.target,
-        "--policy",
-        policy.target,
-        "--metrics-port",
-        "0",
-    )
+    _, _, aggregator = _stack(service_factory, run_config, tmp_path / "run", "--metrics-port", "0")
     with open_channel(aggregator.target) as channel:
         stub = aggregator_pb2_grpc.AggregatorStub(channel)
         reg = _worker_session(stub)
