@@ -11,10 +11,14 @@ from powertrip.workloads.base import (
     WorkloadDefaults,
 )
 from powertrip.workloads.femnist import FemnistWorkload
+from powertrip.workloads.shakespeare import ShakespeareWorkload
+from powertrip.workloads.speech import SpeechWorkload
 from powertrip.workloads.synthetic import SyntheticWorkload
 
 REGISTRY: dict[str, type[Workload]] = {
     "femnist": FemnistWorkload,
+    "shakespeare": ShakespeareWorkload,
+    "speech": SpeechWorkload,
     "synthetic": SyntheticWorkload,
 }
 

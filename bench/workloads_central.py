@@ -1,0 +1,147 @@
+"""Can each workload's model learn? Train it centrally for a few minutes and print held-out
+accuracy.
+
+All training samples are pooled (no sites, no FedAvg); the model is the workload's, trained
+with plain SGD at the workload's learning rate and batch size, as `powertrip.training` does
+on a site. Held-out accuracy is printed every --eval-every seconds on a fixed, seeded subset of
+the held-out split and at the end on the whole held-out split (or --final-eval samples), with
+chance level (uniform 1/classes and the majority class of the held-out labels).
+
+    .venv/bin/python bench/workloads_central.py --workload shakespeare --minutes 5 --threads 1
+
+Not part of the test suite; figures depend on the machine and on other load on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def evaluate(workload, model, x, y, batch_size: int = 250) -> tuple[float, float]:
+    import torch
+
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
+    with torch.no_grad():
+        for start in range(0, len(y), batch_size):
+            logits = model(workload.inputs(x[start : start + batch_size]))
+            targets = workload.targets(y[start : start + batch_size])
+            loss_sum += float(loss_fn(logits, targets))
+            correct += int((logits.argmax(dim=1) == targets).sum())
+    model.train()
+    return correct / len(y), loss_sum / len(y)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", required=True, help="femnist | shakespeare | speech | ...")
+    parser.add_argument("--minutes", type=float, default=3.0, help="training time budget")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--eval-every", type=float, default=30.0, help="seconds between evals")
+    parser.add_argument("--eval-samples", type=int, default=2000, help="held-out subset size")
+    parser.add_argument("--final-eval", type=int, default=0, help="final eval size (0: all)")
+    parser.add_argument("--lr", type=float, help="override the workload's learning rate")
+    parser.add_argument("--batch-size", type=int, help="override the workload's batch size")
+    parser.add_argument(
+        "--optimizer",
+        choices=("sgd", "adamw"),
+        default="sgd",
+        help="sgd is what sites use; adamw (KWT's paper optimiser) for comparison",
+    )
+    parser.add_argument("--data-dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from powertrip.training import eval_subset
+    from powertrip.workloads import get_workload
+
+    torch.set_num_threads(args.threads)
+    workload = get_workload(args.workload)
+    lr = args.lr if args.lr is not None else workload.defaults.lr
+    batch_size = args.batch_size or workload.defaults.batch_size
+    t0 = time.monotonic()
+    data = workload.load(args.data_dir, args.seed)
+    print(
+        f"{workload.name}: {len(data.train)} train / {len(data.test)} held-out samples, "
+        f"{len(data.user_names)} users, {data.num_classes} classes "
+        f"(loaded in {time.monotonic() - t0:.1f}s from {data.source})"
+    )
+    torch.manual_seed(args.seed)
+    model = workload.build_model()
+    params = sum(p.numel() for p in model.parameters())
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    test_y = data.test.y
+    uniform = 1.0 / data.num_classes
+    majority = np.bincount(test_y, minlength=data.num_classes).max() / len(test_y)
+    print(
+        f"model {params:,} parameters; {args.optimizer} lr {lr} batch {batch_size}; "
+        f"{args.threads} thread(s); {args.minutes} min"
+    )
+    print(f"chance: uniform {uniform:.4f}, majority class of held-out {majority:.4f}")
+    ix = eval_subset(len(test_y), args.eval_samples, args.seed)
+    ex, ey = data.test.x[ix], test_y[ix]
+
+    rng = np.random.default_rng(args.seed)
+    order, pos = rng.permutation(len(data.train)), 0
+    steps, epochs, running, train_s = 0, 0, [], 0.0
+    budget = args.minutes * 60.0
+    next_eval = args.eval_every
+    best = 0.0
+    model.train()
+    print(f"{'train_s':>8} {'steps':>7} {'epochs':>7} {'train_loss':>10} {'acc':>7} {'loss':>7}")
+    while train_s < budget:
+        start = time.monotonic()
+        while time.monotonic() - start < min(next_eval, budget) - train_s:
+            if pos + batch_size > len(order):
+                order, pos, epochs = rng.permutation(len(data.train)), 0, epochs + 1
+            batch = order[pos : pos + batch_size]
+            pos += batch_size
+            optimizer.zero_grad(set_to_none=True)
+            logits = model(workload.inputs(data.train.x[batch]))
+            loss = loss_fn(logits, workload.targets(data.train.y[batch]))
+            loss.backward()
+            optimizer.step()
+            running.append(float(loss.detach()))
+            steps += 1
+        train_s += time.monotonic() - start
+        next_eval += args.eval_every
+        acc, eval_loss = evaluate(workload, model, ex, ey)
+        best = max(best, acc)
+        train_loss = float(np.mean(running[-200:])) if running else float("nan")
+        frac_epochs = epochs + pos / len(order)
+        print(
+            f"{train_s:8.0f} {steps:7d} {frac_epochs:7.2f} {train_loss:10.4f} {acc:7.4f} "
+            f"{eval_loss:7.3f}",
+            flush=True,
+        )
+    fx, fy = data.test.x, test_y
+    if args.final_eval and args.final_eval < len(test_y):
+        fix = eval_subset(len(test_y), args.final_eval, args.seed + 1)
+        fx, fy = fx[fix], fy[fix]
+    acc, eval_loss = evaluate(workload, model, fx, fy)
+    print(
+        f"final: held-out accuracy {acc:.4f} on {len(fy)} samples (loss {eval_loss:.3f}); "
+        f"best periodic {best:.4f}; chance uniform {uniform:.4f} / majority {majority:.4f}; "
+        f"{acc / uniform:.1f}x uniform chance; {steps} steps in {train_s:.0f}s "
+        f"({steps / max(train_s, 1e-9):.1f} steps/s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
