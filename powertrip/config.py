@@ -118,6 +118,11 @@ class RunConfig:
             )
         need(self.clock in CLOCKS, "clock", f"{self.clock!r} is not one of {', '.join(CLOCKS)}")
         need(
+            self.work_model != "data-parallel",
+            "work_model",
+            "'data-parallel' is not implemented yet; use 'local-steps' (the paper's set-up)",
+        )
+        need(
             self.work_model in WORK_MODELS,
             "work_model",
             f"{self.work_model!r} is not one of {', '.join(WORK_MODELS)}",

@@ -26,6 +26,8 @@ def test_yaml_round_trip(tmp_path):
         ({"target_accuracy": 1.01}, "target_accuracy"),
         ({"update_size_gb": -1}, "update_size_gb"),
         ({"clock": "sundial"}, "clock"),
+        ({"work_model": "data-parallel"}, "work_model"),
+        ({"work_model": "magic"}, "work_model"),
         ({"estimator": "guess"}, "estimator"),
         ({"reference_bandwidth_gbps": -5}, "reference_bandwidth_gbps"),
         ({"max_rounds": "many"}, "max_rounds"),
