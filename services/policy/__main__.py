@@ -1,50 +1,56 @@
-"""`python -m services.policy --port 50053` (or `--list-policies`)."""
+"""`python -m services.policy --port 50053` (or `--list-policies`).
+
+Exit codes: 0 clean shutdown, 1 a port could not be bound, 2 a bad configuration.
+Imports no torch, so the service is up in well under a second.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from prometheus_client import CollectorRegistry
 
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.service import ServiceSpec, serve, setup_logging
 from powertrip.v1 import policy_pb2_grpc
-from services.policy.config import PolicyConfig
+from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
 from services.policy.policies import REGISTRY
 from services.policy.servicer import SERVICE_NAME, PolicyMetrics, PolicyServicer
 
-SPEC = ServiceSpec("policy", 50053, "PowerTrip policy service: which sites train next round")
+SPEC = ServiceSpec("policy", DEFAULT_PORT, "PowerTrip policy service: which sites train next")
+
+
+def list_policies() -> str:
+    """One line per policy: name, summary and default parameters."""
+    width = max(len(n) for n in REGISTRY)
+    lines = []
+    for name, cls in REGISTRY.items():
+        params = ", ".join(f"{k}={v:g}" for k, v in cls.default_params.items())
+        lines.append(f"{name:<{width}}  {cls.summary}" + (f"  [{params}]" if params else ""))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = base_parser(SPEC)
-    parser.add_argument("--list-policies", action="store_true", help="print the policies and exit")
-    parser.add_argument(
-        "--estimator",
-        choices=("paper", "clock"),
-        default="paper",
-        help="default round-time estimator when a request names none",
-    )
-    parser.add_argument(
-        "--ignore-measured",
-        action="store_true",
-        help="use configured links even when measured ones are present",
-    )
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.list_policies:
-        width = max(len(n) for n in REGISTRY)
-        for name, cls in REGISTRY.items():
-            params = ", ".join(f"{k}={v:g}" for k, v in cls.default_params.items())
-            print(f"{name:<{width}}  {cls.summary}" + (f"  [{params}]" if params else ""))
+        print(list_policies())
         return 0
-    setup_logging(args.log_level, SPEC.name)
+    try:
+        config = PolicyConfig.resolve(args)
+    except PolicyConfigError as exc:
+        print(f"policy: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level, SPEC.name)
     registry = CollectorRegistry()
-    config = PolicyConfig(
-        prefer_measured=not args.ignore_measured, default_estimator=args.estimator
-    )
     servicer = PolicyServicer(config, PolicyMetrics(registry))
+    # powertrip.service.serve owns the parts every service shares: the metrics endpoint,
+    # port-bind errors (exit 1), the "listening on port N" line launchers read, SIGTERM drain.
+    serve_args = argparse.Namespace(
+        port=config.port, host=config.host, metrics_port=config.metrics_port, grace_s=config.grace_s
+    )
     return serve(
         SPEC,
-        args,
+        serve_args,
         lambda server: policy_pb2_grpc.add_PolicyServicer_to_server(servicer, server),
         [SERVICE_NAME],
         registry,

@@ -126,7 +126,7 @@ def test_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
     assert len(grown.order) > 2
     assert grown.explanation["reason"].startswith("argmax")
     # the pick maximises log(1+k)/T(k) over the candidates, as the explanation shows
-    eff = grown.explanation["efficiency"]
+    eff = grown.explanation["efficiencies"]
     assert grown.explanation["candidates"][int(np.argmax(eff))] == len(grown.order)
 
 

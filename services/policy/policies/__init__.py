@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from services.policy.policies.all_sites import AllSites
-from services.policy.policies.base import Context, Decision, Policy, PolicyError, SiteTable
+from services.policy.policies.base import (
+    CENTRALIZED,
+    FEDERATED,
+    Context,
+    Decision,
+    Policy,
+    PolicyError,
+    RoundOutcome,
+    SiteTable,
+)
 from services.policy.policies.centralized import Centralized, Centralized25, Centralized50
 from services.policy.policies.highest_power import HighestPower
 from services.policy.policies.lowest_latency import LowestLatency
@@ -32,6 +41,7 @@ ALIASES = frozenset({"centralized-25", "centralized-50"})
 
 
 def get_policy(name: str) -> Policy:
+    """A fresh policy by name; an unknown name is a PolicyError listing the valid ones."""
     try:
         return REGISTRY[name]()
     except KeyError:
@@ -40,13 +50,22 @@ def get_policy(name: str) -> Policy:
         ) from None
 
 
+def shadow_names(chosen: str) -> list[str]:
+    """Every registered policy except the chosen one and the aliases (same policy again)."""
+    return [n for n in REGISTRY if n != chosen and n not in ALIASES]
+
+
 __all__ = [
     "ALIASES",
+    "CENTRALIZED",
+    "FEDERATED",
     "REGISTRY",
     "Context",
     "Decision",
     "Policy",
     "PolicyError",
+    "RoundOutcome",
     "SiteTable",
     "get_policy",
+    "shadow_names",
 ]

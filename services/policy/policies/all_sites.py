@@ -1,9 +1,9 @@
-"""All (paper §3.2): every alive site, every round."""
+"""All (paper §3.2): every alive site, every round (ranked by score only for reporting)."""
 
 from __future__ import annotations
 
 from services.policy.policies.base import Context, Decision, Policy, predicted_time
-from services.policy.policies.scoring import power_cost_scores, rank_desc
+from services.policy.policies.scoring import GB, power_cost_scores, rank_desc
 
 
 class AllSites(Policy):
@@ -13,7 +13,7 @@ class AllSites(Policy):
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * 1e9)
+        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB)
         order = rank_desc(scores, ctx.table)
         return Decision(
             order=order,

@@ -3,13 +3,16 @@
 A policy sees a `Context` (the site table, the accuracy history, the emulated update size
 and the modelled local work) and returns a `Decision`: site indices in rank order, the
 predicted round time and a machine-readable explanation. Policies are pure: same context,
-same decision; randomness comes only from (seed, round).
+same decision; randomness comes only from (seed, round). Like a Flower strategy, a policy
+holds no per-run state: everything it needs travels in the context, so one policy service
+can serve many runs at once and a restarted service decides exactly as before.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -19,24 +22,48 @@ from powertrip.timemodel import prefix_round_time_estimates
 
 FEDERATED = "federated"
 CENTRALIZED = "centralized"
+ESTIMATORS = ("paper", "clock")
+#: fraction of the alive sites that `k = 0` ("auto") means for the fixed-k baselines
+DEFAULT_K_FRACTION = 0.3
 
 
 class PolicyError(ValueError):
     """A bad policy name or parameter; the message names it and what is allowed."""
 
 
+def _as_column(name: str, values: Sequence[float], n: int) -> np.ndarray:
+    column = np.asarray(values, dtype=np.float64)
+    if column.shape != (n,):
+        raise PolicyError(f"{name}: expected {n} values, got shape {column.shape}")
+    if not np.isfinite(column).all():
+        raise PolicyError(f"{name} must be finite for every site")
+    return column
+
+
 @dataclass(frozen=True)
 class SiteTable:
-    """Column view of the sites, so every score is one vectorised numpy expression."""
+    """Column view of the sites, so every score is one vectorised numpy expression.
 
-    ids: np.ndarray  # str
+    `comm_s` (directions x (latency + M/B), paper Eq. 3) is computed once here because every
+    policy and every shadow needs it. `id_rank` breaks ties by site id, independent of the
+    order the sites arrived in, so a decision does not depend on how the caller sorted them.
+    """
+
+    ids: np.ndarray  # str, as given
     power: np.ndarray  # p_i(t) in [0, 1]
     distance_miles: np.ndarray
+    latency_s: np.ndarray  # one-way propagation delay used (configured or measured)
+    bandwidth_bytes_per_s: np.ndarray  # used (configured or measured)
     comm_s: np.ndarray  # directions * (latency + M / B)
-    alive: np.ndarray  # bool
+    alive: np.ndarray  # bool; dead or zero-power sites are never selected
+    id_rank: np.ndarray  # position of each id in sorted order (tie-breaks)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def num_alive(self) -> int:
+        return int(np.count_nonzero(self.alive))
 
     @classmethod
     def build(
@@ -50,30 +77,50 @@ class SiteTable:
         directions: int = 2,
         alive: Sequence[bool] | None = None,
     ) -> SiteTable:
-        bandwidth = np.asarray(bandwidth_bytes_per_s, dtype=np.float64)
-        if len(ids) == 0:
+        n = len(ids)
+        if n == 0:
             raise PolicyError("no sites to choose from")
+        id_arr = np.asarray(ids, dtype=str)
+        id_rank = np.empty(n, dtype=np.int64)
+        sorted_idx = np.argsort(id_arr, kind="stable")
+        id_rank[sorted_idx] = np.arange(n)
+        dup = id_arr[sorted_idx][1:] == id_arr[sorted_idx][:-1]
+        if dup.any():
+            raise PolicyError(f"duplicate site id {id_arr[sorted_idx][1:][dup][0]!r}")
+        power_arr = _as_column("power_fraction", power, n)
+        if ((power_arr < 0) | (power_arr > 1)).any():
+            bad = ids[int(np.argmax((power_arr < 0) | (power_arr > 1)))]
+            raise PolicyError(f"site {bad}: power_fraction must be in [0, 1]")
+        bandwidth = _as_column("bandwidth_bytes_per_s", bandwidth_bytes_per_s, n)
         if (bandwidth <= 0).any():
             bad = ids[int(np.argmax(bandwidth <= 0))]
-            raise PolicyError(f"site {bad}: bandwidth must be > 0")
-        power_arr = np.asarray(power, dtype=np.float64)
-        if ((power_arr < 0) | (power_arr > 1)).any():
-            raise PolicyError("power_fraction must be in [0, 1]")
-        latency = np.asarray(latency_s, dtype=np.float64)
+            raise PolicyError(f"site {bad}: bandwidth_bytes_per_s must be > 0")
+        latency = _as_column("latency_s", latency_s, n)
+        if (latency < 0).any():
+            raise PolicyError(f"site {ids[int(np.argmax(latency < 0))]}: latency_s must be >= 0")
+        distance = _as_column("distance_miles", distance_miles, n)
+        if update_size_bytes < 0 or not math.isfinite(update_size_bytes):
+            raise PolicyError(f"update_size_bytes must be finite and >= 0, got {update_size_bytes}")
+        alive_arr = np.ones(n, dtype=bool) if alive is None else np.asarray(alive, dtype=bool)
+        if alive_arr.shape != (n,):
+            raise PolicyError(f"alive: expected {n} values, got shape {alive_arr.shape}")
         return cls(
-            ids=np.asarray(ids, dtype=object),
+            ids=id_arr,
             power=power_arr,
-            distance_miles=np.asarray(distance_miles, dtype=np.float64),
-            comm_s=max(1, directions) * (latency + update_size_bytes / bandwidth),
-            alive=(
-                np.ones(len(ids), dtype=bool) if alive is None else np.asarray(alive, dtype=bool)
-            )
-            & (power_arr > 0),
+            distance_miles=distance,
+            latency_s=latency,
+            bandwidth_bytes_per_s=bandwidth,
+            comm_s=max(1, int(directions)) * (latency + update_size_bytes / bandwidth),
+            # a site at zero power would take forever (tau / 0): treat it as unavailable
+            alive=alive_arr & (power_arr > 0),
+            id_rank=id_rank,
         )
 
 
 @dataclass(frozen=True)
 class RoundOutcome:
+    """One finished round as the policy sees it: its only feedback signal (paper Eq. 5)."""
+
     round: int
     k: int
     accuracy: float
@@ -82,11 +129,14 @@ class RoundOutcome:
 
 @dataclass(frozen=True)
 class Context:
+    """Everything one decision may depend on; nothing else (no hidden state)."""
+
     table: SiteTable
     update_size_bytes: float
     tau_s: float
     history: tuple[RoundOutcome, ...] = ()
-    target_accuracy: float = 1.0
+    #: stop once the last accuracy reaches this; inf = no target
+    target_accuracy: float = math.inf
     seed: int = 0
     round: int = 1
     estimator: str = "paper"
@@ -103,8 +153,32 @@ class Decision:
     stop: bool = False
     scores: np.ndarray | None = None  # per selected site, same order
 
+    @property
+    def k(self) -> int:
+        return int(len(self.order))
+
+
+def _whole(minimum: int) -> Callable[[float], bool]:
+    return lambda v: v >= minimum and float(v).is_integer()
+
+
+#: Range rules for every parameter any policy takes, so the same name means the same thing
+#: everywhere and every error message says what is allowed.
+PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "k": (_whole(0), "a whole number >= 1 (0 = 30 % of the alive sites)"),
+    "k0": (_whole(0), "a whole number >= 1 (0 = max(2, 5 % of the alive sites))"),
+    "window": (_whole(0), "a whole number >= 1 (0 = max(1, 5 % of the alive sites))"),
+    "patience": (_whole(0), "a whole number >= 0"),
+    "trend_rounds": (_whole(1), "a whole number >= 1"),
+    "m_ref_gb": (lambda v: v > 0, "> 0"),
+    "radius_miles": (lambda v: v >= 0, ">= 0"),
+    "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+
 
 class Policy(ABC):
+    """Subclasses set `name`, `summary`, `default_params` and implement `select`."""
+
     name: ClassVar[str]
     summary: ClassVar[str]
     default_params: ClassVar[dict[str, float]] = {}
@@ -115,24 +189,30 @@ class Policy(ABC):
     def params(self, ctx: Context) -> dict[str, float]:
         """Defaults < constructor overrides < request params; unknown names are an error."""
         merged = {**self.default_params, **self.overrides}
-        unknown = sorted(set(ctx.params) - set(merged))
+        unknown = sorted(set(ctx.params) - set(self.default_params))
         if unknown:
-            allowed = ", ".join(sorted(merged)) or "none"
+            allowed = ", ".join(sorted(self.default_params)) or "none"
             raise PolicyError(
                 f"policy {self.name!r}: unknown parameter(s) {', '.join(unknown)}; "
                 f"allowed: {allowed}"
             )
         merged.update(ctx.params)
-        self.validate(merged, len(ctx.table))
-        return merged
-
-    def validate(self, params: dict[str, float], num_sites: int) -> None:
-        """Check ranges; subclasses extend."""
-        for name in ("k", "k0", "window"):
-            if name in params and params[name] < 0:
+        for key, value in merged.items():
+            value = float(value)
+            check, allowed = PARAM_RULES.get(key, (lambda v: True, ""))
+            if not math.isfinite(value) or not check(value):
                 raise PolicyError(
-                    f"policy {self.name!r}: {name} must be >= 0, got {params[name]:g}"
+                    f"policy {self.name!r}: {key} must be {allowed or 'finite'}, got {value:g}"
                 )
+            merged[key] = value
+        if not ctx.table.alive.any():
+            raise PolicyError(
+                f"no alive site to select from ({len(ctx.table)} site(s), all dead or at "
+                "zero power)"
+            )
+        if ctx.estimator not in ESTIMATORS:
+            raise PolicyError(f"estimator {ctx.estimator!r} is not one of {', '.join(ESTIMATORS)}")
+        return merged
 
     @abstractmethod
     def select(self, ctx: Context) -> Decision: ...
@@ -147,8 +227,13 @@ def predicted_time(ctx: Context, order: np.ndarray) -> float:
     return float(estimates[-1])
 
 
-def default_k(value: float, num_alive: int, fraction: float = 0.2) -> int:
-    """k = 0 means 'a fixed fraction of the sites' (at least 1); otherwise clamp to 1..N."""
+def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:
+    """k = 0 means 'a fixed fraction of the alive sites' (at least 1); else clamp to 1..N."""
     if value <= 0:
-        return max(1, round(fraction * num_alive))
+        return max(1, min(num_alive, round(fraction * num_alive)))
     return int(min(max(1, round(value)), num_alive))
+
+
+def rounded(values: np.ndarray, digits: int = 6) -> list[float]:
+    """Short JSON numbers for explanations (they are for people and logs, not for maths)."""
+    return [float(f"{float(x):.{digits}g}") for x in values]

@@ -1,14 +1,14 @@
 """Power-constrained centralized training (paper §5.1): one site, no WAN, capped power.
 
-The single site trains on the pooled data of all sites (it is 'the data centre'), with no
-communication cost, at `power_cap` of its capacity (25 % or 50 % in the paper).
+The single site trains on the pooled data of all sites (it stands for the data centre),
+with no communication cost, at `power_cap` of its capacity (25 % or 50 % in the paper), so
+its round takes tau / power_cap.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from services.policy.policies.base import CENTRALIZED, Context, Decision, Policy, PolicyError
+from services.policy.policies.base import CENTRALIZED, Context, Decision, Policy
+from services.policy.policies.scoring import rank_desc
 
 
 class Centralized(Policy):
@@ -16,24 +16,20 @@ class Centralized(Policy):
     summary = "one co-located site on pooled data, power capped at power_cap (paper baseline)"
     default_params = {"power_cap": 0.25}
 
-    def validate(self, params, num_sites):
-        super().validate(params, num_sites)
-        if not 0 < params["power_cap"] <= 1:
-            raise PolicyError(
-                f"policy {self.name!r}: power_cap must be in (0, 1], got {params['power_cap']:g}"
-            )
-
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        alive = np.flatnonzero(ctx.table.alive)
-        host = alive[[int(np.argmax(ctx.table.power[alive]))]]
+        host = rank_desc(ctx.table.power, ctx.table)[:1]  # top power, ties by id
         cap = params["power_cap"]
         return Decision(
             order=host,
             predicted_round_time_s=ctx.tau_s / cap,
-            explanation={"rule": "single site, pooled data, no communication", "power_cap": cap},
+            explanation={
+                "rule": "single site (highest power), pooled data, no communication",
+                "power_cap": cap,
+            },
             mode=CENTRALIZED,
             power_cap=cap,
+            scores=ctx.table.power[host],
         )
 
 

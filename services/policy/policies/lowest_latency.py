@@ -1,4 +1,8 @@
-"""Lowest latency (paper §3.1): top-k sites by communication time, blind to power."""
+"""Lowest latency (paper §3.1): top-k sites by communication time, blind to power.
+
+"Latency" in the paper is the whole Eq. 3 delay (D/c + M/B), not just propagation, so the
+ranking uses the table's comm_s; the reported score is its negative (higher = better).
+"""
 
 from __future__ import annotations
 

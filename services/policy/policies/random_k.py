@@ -1,4 +1,8 @@
-"""Random (paper §5.1): k sites uniformly at random, seeded by (seed, round)."""
+"""Random (paper §5.1): k sites uniformly at random, seeded by (seed, round).
+
+Seeding by (seed, round) rather than keeping a generator makes the draw reproducible from
+the request alone: a restarted policy service, or a shadow, picks exactly the same sites.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +18,13 @@ class RandomK(Policy):
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        alive = np.flatnonzero(ctx.table.alive)
+        table = ctx.table
+        # alive sites in id order, so the draw does not depend on the order sites arrived in
+        alive = np.flatnonzero(table.alive)
+        alive = alive[np.argsort(table.id_rank[alive])]
         k = default_k(params["k"], len(alive))
-        rng = np.random.default_rng([ctx.seed, ctx.round, 0x2A4D])
-        chosen = np.sort(rng.choice(alive, size=k, replace=False))
+        rng = np.random.default_rng([ctx.seed, ctx.round])
+        chosen = alive[np.sort(rng.choice(len(alive), size=k, replace=False))]
         return Decision(
             order=chosen,
             predicted_round_time_s=predicted_time(ctx, chosen),

@@ -1,14 +1,19 @@
-"""Power-to-cost scores (paper Eq. 8), vectorised so 10,000 sites rank in milliseconds."""
+"""Power-to-cost scores (paper Eq. 8) and rankings, vectorised so 10,000 sites rank in
+milliseconds. Pure functions of the site table: every policy and shadow shares them."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.policy.policies.base import SiteTable
+from services.policy.policies.base import PolicyError, SiteTable
+
+GB = 1e9
 
 
 def normalise(values: np.ndarray) -> np.ndarray:
     """Min-max to [0, 1]; a constant column maps to 0 (it cannot separate sites)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.float64)
     lo, hi = float(np.min(values)), float(np.max(values))
     if hi - lo <= 0:
         return np.zeros_like(values, dtype=np.float64)
@@ -16,13 +21,24 @@ def normalise(values: np.ndarray) -> np.ndarray:
 
 
 def weights(update_size_bytes: float, m_ref_bytes: float) -> tuple[float, float]:
-    """alpha, beta with beta = M / (M + M_ref): small updates favour power, large favour cost."""
+    """alpha, beta with beta = M / (M + M_ref): small updates favour power, large favour cost.
+
+    At M = M_ref power and cost weigh the same; the paper only says the weights follow M,
+    this is the simplest monotone form with that property.
+    """
+    if m_ref_bytes <= 0:
+        raise PolicyError(f"m_ref must be > 0, got {m_ref_bytes:g} bytes")
+    if update_size_bytes < 0:
+        raise PolicyError(f"update_size_bytes must be >= 0, got {update_size_bytes:g}")
     beta = update_size_bytes / (update_size_bytes + m_ref_bytes)
     return 1.0 - beta, beta
 
 
 def power_cost_scores(table: SiteTable, update_size_bytes: float, m_ref_bytes: float) -> np.ndarray:
-    """S_i = alpha * P-hat_i - beta * C-hat_i over the alive sites (dead sites get -inf)."""
+    """S_i = alpha * P-hat_i - beta * C-hat_i over the alive sites (dead sites get -inf).
+
+    Normalising over the alive sites only keeps a dead outlier from squashing everyone else.
+    """
     alpha, beta = weights(update_size_bytes, m_ref_bytes)
     scores = np.full(len(table), -np.inf)
     alive = table.alive
@@ -34,11 +50,12 @@ def power_cost_scores(table: SiteTable, update_size_bytes: float, m_ref_bytes: f
 
 
 def rank_desc(values: np.ndarray, table: SiteTable) -> np.ndarray:
-    """Alive site indices by value, highest first; ties broken by table order (site id)."""
-    order = np.lexsort((np.arange(len(values)), -values))
+    """Alive site indices by value, highest first; ties broken by site id."""
+    order = np.lexsort((table.id_rank, -values))
     return order[table.alive[order]]
 
 
 def rank_asc(values: np.ndarray, table: SiteTable) -> np.ndarray:
-    order = np.lexsort((np.arange(len(values)), values))
+    """Alive site indices by value, lowest first; ties broken by site id."""
+    order = np.lexsort((table.id_rank, values))
     return order[table.alive[order]]

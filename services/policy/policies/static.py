@@ -1,9 +1,13 @@
-"""Static (paper §3.2): a fixed k of the best power-to-cost sites, every round."""
+"""Static (paper §3.2): a fixed k of the best power-to-cost sites, every round.
+
+The paper's Static Optimal is this policy at the k* an offline sweep found
+(`powertrip sweep` runs that sweep).
+"""
 
 from __future__ import annotations
 
 from services.policy.policies.fixed import RankedTopK
-from services.policy.policies.scoring import power_cost_scores, rank_desc
+from services.policy.policies.scoring import GB, power_cost_scores, rank_desc
 
 
 class StaticK(RankedTopK):
@@ -15,5 +19,5 @@ class StaticK(RankedTopK):
     ranking = "power-to-cost score, highest first"
 
     def rank(self, ctx, params):
-        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * 1e9)
+        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB)
         return rank_desc(scores, ctx.table), scores
