@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", required=True, help="femnist | shakespeare | speech | ...")
     parser.add_argument("--minutes", type=float, default=3.0, help="training time budget")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help="stop after this many steps even within the time budget (0: no limit); fixes the "
+        "work done, so the accuracy reached does not depend on other load on the machine",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--eval-every", type=float, default=30.0, help="seconds between evals")
     parser.add_argument("--eval-samples", type=int, default=2000, help="held-out subset size")
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {params:,} parameters; {args.optimizer} lr {lr} batch {batch_size}; "
         f"{args.threads} thread(s); {args.minutes} min"
+        + (f" or {args.max_steps} steps" if args.max_steps else "")
     )
     print(f"chance: uniform {uniform:.4f}, majority class of held-out {majority:.4f}")
     ix = eval_subset(len(test_y), args.eval_samples, args.seed)
@@ -104,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     best = 0.0
     model.train()
     print(f"{'train_s':>8} {'steps':>7} {'epochs':>7} {'train_loss':>10} {'acc':>7} {'loss':>7}")
-    while train_s < budget:
+    max_steps = args.max_steps or float("inf")
+    while train_s < budget and steps < max_steps:
         start = time.monotonic()
-        while time.monotonic() - start < min(next_eval, budget) - train_s:
+        while time.monotonic() - start < min(next_eval, budget) - train_s and steps < max_steps:
             if pos + batch_size > len(order):
                 order, pos, epochs = rng.permutation(len(data.train)), 0, epochs + 1
             batch = order[pos : pos + batch_size]
