@@ -14,6 +14,7 @@ from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.logic import RoundLoop, all_site_ids, run_spec
+from services.aggregator.records import CheckpointError
 from services.aggregator.servicer import SERVICE_NAME, AggregatorMetrics, AggregatorServicer
 from services.aggregator.state import AggregatorState
 
@@ -32,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--register-timeout-s", type=float, default=300.0)
     parser.add_argument("--join-token", default="", help="token workers must present to register")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last checkpoint in --out (start fresh if there is none)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
     try:
@@ -50,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         register_timeout_s=args.register_timeout_s,
         exit_when_done=args.exit_when_done,
         join_token=args.join_token,
+        resume=args.resume,
     )
     registry = CollectorRegistry()
     metrics = AggregatorMetrics(registry)
@@ -57,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = RoundLoop(config, state, metrics)
     try:
         loop.prepare()
-    except DataError as exc:
+    except (DataError, CheckpointError) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
     servicer = AggregatorServicer(state, run_spec(config), metrics, join_token=args.join_token)

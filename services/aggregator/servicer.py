@@ -55,6 +55,25 @@ class AggregatorMetrics:
         self.policy_fallbacks = Counter(
             "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
         )
+        self.profiler_fallbacks = Counter(
+            "powertrip_profiler_fallbacks",
+            "Rounds that reused the last profiles (profiler unreachable)",
+            registry=registry,
+        )
+        self.dependency_retries = Counter(
+            "powertrip_dependency_retries",
+            "Failed calls to the profiler or policy that were retried",
+            ["dependency"],
+            registry=registry,
+        )
+        self.site_failures = Counter(
+            "powertrip_site_failures",
+            "Selected sites that missed their round's deadline",
+            registry=registry,
+        )
+        self.dead_sites = Gauge(
+            "powertrip_dead_sites", "Sites currently marked dead", registry=registry
+        )
 
 
 class Rejected(Exception):

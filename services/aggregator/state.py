@@ -64,6 +64,9 @@ class AggregatorState:
         self.model_version = 0
         self._chunks: list[common_pb2.TensorChunk] = []
         self.current: RoundInProgress | None = None
+        #: sites that missed a round's deadline and have not been heard from since; the
+        #: policy sees them as alive=False until their worker polls or registers again
+        self.dead: set[str] = set()
         self.done = False
         self.status = aggregator_pb2.RunStatus(state="waiting_for_sites", num_sites=len(site_ids))
 
@@ -92,7 +95,12 @@ class AggregatorState:
                 unknown = [s for s in wanted if s not in self._known]
                 if unknown:
                     raise RegistrationError("unknown_site", f"unknown site id(s): {unknown[:5]}")
-                taken = [s for s in wanted if self.site_owner.get(s, worker_id) != worker_id]
+                # a dead site may be taken over by another worker (a replacement host)
+                taken = [
+                    s
+                    for s in wanted
+                    if self.site_owner.get(s, worker_id) != worker_id and s not in self.dead
+                ]
                 if taken:
                     raise RegistrationError(
                         "taken", f"site(s) already hosted elsewhere: {taken[:5]}"
@@ -110,10 +118,40 @@ class AggregatorState:
             info = WorkerInfo(worker_id, secrets.token_hex(16), sites)
             self.workers[worker_id] = info
             for site in sites:
+                owner = self.site_owner.get(site)
+                if owner is not None and owner != worker_id and owner in self.workers:
+                    old = self.workers[owner]
+                    old.site_ids = [s for s in old.site_ids if s != site]
+                    old.queue = [t for t in old.queue if t.site_id != site]
                 self.site_owner[site] = worker_id
+            self.dead.difference_update(sites)
+            self._requeue_open_tasks(info)
             self.status.registered_sites = len(self.site_owner)
             self.changed.notify_all()
             return info
+
+    def _requeue_open_tasks(self, info: WorkerInfo) -> None:
+        """A (re)joining worker gets the current round's tasks its sites still owe."""
+        current = self.current
+        if current is None:
+            return
+        done = current.received | current.failed
+        for task in current.tasks.values():
+            if task.site_id in info.site_ids and task.site_id not in done:
+                info.queue.append(task)
+
+    # ---- liveness ----------------------------------------------------------------------
+    def mark_dead_locked(self, sites) -> None:
+        """Caller holds the lock. Sites that missed a deadline are excluded until heard from."""
+        self.dead.update(sites)
+
+    def restore_dead(self, sites) -> None:
+        with self.lock:
+            self.dead = set(sites) & self._known
+
+    def dead_sites(self) -> set[str]:
+        with self.lock:
+            return set(self.dead)
 
     def authenticate(self, worker_id: str, token: str) -> WorkerInfo | None:
         with self.lock:
@@ -136,6 +174,8 @@ class AggregatorState:
     def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[aggregator_pb2.Task], bool]:
         with self.lock:
             info = self.workers[worker_id]
+            # a poll proves the worker is alive: its sites may be selected again
+            self.dead.difference_update(info.site_ids)
             self.changed.wait_for(lambda: info.queue or self.done, timeout=max(0.0, wait_s))
             tasks, info.queue = info.queue, []
             return tasks, self.done and not tasks
