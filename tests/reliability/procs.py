@@ -81,3 +81,26 @@ def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.02) -> No
             return
         time.sleep(poll_s)
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (for services that need a fixed one)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Prometheus text from a service's metrics port, as {'name{labels}': value}."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out

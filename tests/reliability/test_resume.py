@@ -41,9 +41,10 @@ def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path):
     assert code != 0, "the CLI must report the killed aggregator"
     killed_at = checkpoint_round(cut)
     assert 3 <= killed_at < 8, f"the kill must land mid-run (checkpoint of round {killed_at})"
-    assert not (cut / "summary.json").exists() or json.loads(
-        (cut / "summary.json").read_text()
-    ).get("status") != "done"
+    assert (
+        not (cut / "summary.json").exists()
+        or json.loads((cut / "summary.json").read_text()).get("status") != "done"
+    )
     partial = (cut / "rounds.csv").read_bytes()
     assert partial != (whole / "rounds.csv").read_bytes()
 
@@ -52,9 +53,10 @@ def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path):
     assert (cut / "rounds.csv").read_bytes() == (whole / "rounds.csv").read_bytes()
     summary = json.loads((cut / "summary.json").read_text())
     assert summary["rounds"] == 8 and summary["status"] == "done"
-    assert summary["final_accuracy"] == json.loads((whole / "summary.json").read_text())[
-        "final_accuracy"
-    ]
+    assert (
+        summary["final_accuracy"]
+        == json.loads((whole / "summary.json").read_text())["final_accuracy"]
+    )
     log = (cut / "logs" / "aggregator.log").read_text()
     assert f"resumed from the checkpoint of round {killed_at}" in log
 
