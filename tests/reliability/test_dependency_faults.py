@@ -30,7 +30,7 @@ def test_policy_and_profiler_outages_fall_back_and_recover(service_factory, tmp_
     config = RunConfig(
         workload="synthetic",
         num_sites=4,
-        max_rounds=300,
+        max_rounds=100,
         seed=11,
         policy="powertrip",
         target_accuracy=0.999,
@@ -87,4 +87,4 @@ def test_policy_and_profiler_outages_fall_back_and_recover(service_factory, tmp_
     aggregator.process.wait(timeout=400)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "done", summary["message"]
-    assert summary["rounds"] == 300
+    assert summary["rounds"] == 100

@@ -46,7 +46,7 @@ def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(service_facto
     config = RunConfig(
         workload="synthetic",
         num_sites=4,
-        max_rounds=400,
+        max_rounds=120,
         seed=7,
         policy="all",
         target_accuracy=0.999,
@@ -113,4 +113,4 @@ def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(service_facto
     assert rejoined()["dead_sites"] == []
     aggregator.process.wait(timeout=300)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "done" and summary["rounds"] == 400
+    assert summary["status"] == "done" and summary["rounds"] == 120
