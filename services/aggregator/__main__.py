@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from powertrip.config import ConfigError, RunConfig
+from powertrip.config import ConfigError, RunConfig, load_site_tokens
 from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--register-timeout-s", type=float, default=300.0)
     parser.add_argument("--join-token", default="", help="token workers must present to register")
     parser.add_argument(
+        "--site-tokens",
+        default=os.environ.get("POWERTRIP_SITE_TOKENS"),
+        help="YAML file mapping site id -> join token; a worker may host a site only with "
+        "its token (env POWERTRIP_SITE_TOKENS)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue from the last checkpoint in --out (start fresh if there is none)",
@@ -45,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         run.validate()
         workload = get_workload(run.workload)
         run = run.resolved(workload.defaults)
+        site_tokens = load_site_tokens(args.site_tokens) if args.site_tokens else None
     except (ConfigError, UnknownWorkload) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
@@ -67,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, CheckpointError) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
-    servicer = AggregatorServicer(state, run_spec(config), metrics, join_token=args.join_token)
+    servicer = AggregatorServicer(
+        state, run_spec(config), metrics, join_token=args.join_token, site_tokens=site_tokens
+    )
     stop = threading.Event()
 
     def start_loop(_running) -> None:

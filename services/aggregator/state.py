@@ -64,6 +64,7 @@ class AggregatorState:
         self.model_version = 0
         self._chunks: list[common_pb2.TensorChunk] = []
         self.current: RoundInProgress | None = None
+        self.round_no = 0  # the last round installed
         #: sites that missed a round's deadline and have not been heard from since; the
         #: policy sees them as alive=False until their worker polls or registers again
         self.dead: set[str] = set()
@@ -166,6 +167,7 @@ class AggregatorState:
     def install_round(self, progress: RoundInProgress) -> None:
         with self.lock:
             self.current = progress
+            self.round_no = progress.round
             for task in progress.tasks.values():
                 owner = self.site_owner[task.site_id]
                 self.workers[owner].queue.append(task)

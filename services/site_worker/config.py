@@ -14,6 +14,7 @@ class WorkerConfig:
     threads: int = 1
     data_dir: str | None = None
     join_token: str = ""
+    site_tokens: dict[str, str] = field(default_factory=dict)  # per-site join tokens
     poll_s: float = 10.0
     register_timeout_s: float = 60.0
     device: str = "cpu"

@@ -50,6 +50,7 @@ class SiteWorker:
             site_count=self.config.site_count,
             device=self.config.device,
             join_token=self.config.join_token,
+            site_tokens=self.config.site_tokens,
         )
         deadline = time.monotonic() + self.config.register_timeout_s
         while True:
