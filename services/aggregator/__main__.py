@@ -10,7 +10,13 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from powertrip.config import ConfigError, RunConfig, load_site_tokens
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.service import (
+    ServiceSpec,
+    base_parser,
+    channel_credentials,
+    serve,
+    setup_logging,
+)
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
 from services.aggregator.config import AggregatorConfig
@@ -65,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_when_done=args.exit_when_done,
         join_token=args.join_token,
         resume=args.resume,
+        credentials=channel_credentials(args),
     )
     registry = CollectorRegistry()
     metrics = AggregatorMetrics(registry)

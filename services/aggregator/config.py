@@ -18,3 +18,4 @@ class AggregatorConfig:
     exit_when_done: bool = False
     join_token: str = ""  # when set, workers must present it to register
     resume: bool = False  # continue from out_dir/checkpoint
+    credentials: object = None  # grpc.ChannelCredentials for profiler/policy (mutual TLS)

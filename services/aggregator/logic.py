@@ -553,7 +553,11 @@ class RoundLoop:
         run = self.run
         status = "done"
         message = ""
-        with open_channel(self.config.profiler) as pch, open_channel(self.config.policy) as ych:
+        creds = self.config.credentials
+        with (
+            open_channel(self.config.profiler, creds) as pch,
+            open_channel(self.config.policy, creds) as ych,
+        ):
             self.profiler = profiler_pb2_grpc.ProfilerStub(pch)
             self.policy = policy_pb2_grpc.PolicyStub(ych)
             try:

@@ -12,7 +12,13 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from powertrip.config import ConfigError, load_site_tokens
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.service import (
+    ServiceSpec,
+    base_parser,
+    channel_credentials,
+    serve,
+    setup_logging,
+)
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         data_dir=args.data_dir,
         join_token=args.join_token,
         site_tokens={s: tokens[s] for s in sites if s in tokens},
+        credentials=channel_credentials(args),
     )
     worker = SiteWorker(config)
     stop = threading.Event()
