@@ -87,6 +87,7 @@ def serve(
     *,
     on_started: Callable[[RunningServer], None] | None = None,
     stop_event=None,
+    max_workers: int = 32,
 ) -> int:
     """Start metrics and the gRPC server, block until a signal, drain; return an exit code."""
     log = logging.getLogger(spec.name)
@@ -110,6 +111,7 @@ def serve(
             port=args.port,
             host=args.host,
             credentials=tls.server_credentials() if tls else None,
+            max_workers=max_workers,
         )
     except PortInUseError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr)

@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         "its token (env POWERTRIP_SITE_TOKENS)",
     )
     parser.add_argument(
+        "--max-threads",
+        type=int,
+        default=int(os.environ.get("POWERTRIP_AGGREGATOR_THREADS", 128)),
+        help="handler threads; each parked long poll holds one, so allow one per worker "
+        "plus headroom (env POWERTRIP_AGGREGATOR_THREADS)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue from the last checkpoint in --out (start fresh if there is none)",
@@ -104,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         registry,
         on_started=start_loop,
         stop_event=stop,
+        max_workers=max(8, args.max_threads),
     )
     if code == 0 and loop.result.stopped_reason == "failed":
         return 3

@@ -29,6 +29,9 @@ class WorkerInfo:
     session_token: str
     site_ids: list[str]
     queue: list[aggregator_pb2.Task] = field(default_factory=list)
+    #: set when tasks arrive or the run ends: a long poll waits on its own worker's event,
+    #: so one upload does not wake every parked poller (1,000 of them under load)
+    wake: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -140,6 +143,7 @@ class AggregatorState:
         for task in current.tasks.values():
             if task.site_id in info.site_ids and task.site_id not in done:
                 info.queue.append(task)
+                info.wake.set()
 
     # ---- liveness ----------------------------------------------------------------------
     def mark_dead_locked(self, sites) -> None:
@@ -169,8 +173,9 @@ class AggregatorState:
             self.current = progress
             self.round_no = progress.round
             for task in progress.tasks.values():
-                owner = self.site_owner[task.site_id]
-                self.workers[owner].queue.append(task)
+                owner = self.workers[self.site_owner[task.site_id]]
+                owner.queue.append(task)
+                owner.wake.set()
             self.changed.notify_all()
 
     def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[aggregator_pb2.Task], bool]:
@@ -178,11 +183,18 @@ class AggregatorState:
             info = self.workers[worker_id]
             # a poll proves the worker is alive: its sites may be selected again
             self.dead.difference_update(info.site_ids)
-            self.changed.wait_for(lambda: info.queue or self.done, timeout=max(0.0, wait_s))
+            idle = not info.queue and not self.done
+            if idle:
+                info.wake.clear()
+        if idle:
+            info.wake.wait(timeout=max(0.0, wait_s))
+        with self.lock:
             tasks, info.queue = info.queue, []
             return tasks, self.done and not tasks
 
     def finish(self) -> None:
         with self.lock:
             self.done = True
+            for info in self.workers.values():
+                info.wake.set()
             self.changed.notify_all()
