@@ -111,16 +111,20 @@ async def _virtual_site(i: int, stub, stats: dict, rng: np.random.Generator) -> 
                 stats.setdefault("reject_codes", []).append(exc.code().name)
 
 
-async def _health_probe(target: str, latencies: list[float], done: asyncio.Event) -> None:
+async def _health_probe(
+    target: str, latencies: list[tuple[bool, float]], done: asyncio.Event, stats: dict, sites: int
+) -> None:
+    """Health-check latency, tagged with whether all sites had registered yet."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while not done.is_set():
+            registered = stats["registered"] >= sites
             start = time.perf_counter()
             try:
                 await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
-                latencies.append(time.perf_counter() - start)
+                latencies.append((registered, time.perf_counter() - start))
             except grpc.aio.AioRpcError:
-                latencies.append(float("inf"))
+                latencies.append((registered, float("inf")))
             await asyncio.sleep(0.2)
 
 
@@ -137,7 +141,7 @@ async def _drive(target: str, sites: int, stats: dict, latencies: list[float]) -
     stubs = [aggregator_pb2_grpc.AggregatorStub(c) for c in channels]
     rng = np.random.default_rng(0)
     done = asyncio.Event()
-    probe = asyncio.create_task(_health_probe(target, latencies, done))
+    probe = asyncio.create_task(_health_probe(target, latencies, done, stats, sites))
     start = time.monotonic()
     try:
         await asyncio.gather(
@@ -186,7 +190,7 @@ def run_load(out: Path, sites: int = 1000, k: int = 100, rounds: int = 20) -> di
         sampler = Sampler(aggregator.process.pid, current_round)
         sampler.start()
         stats = {"registered": 0, "polls": 0, "uploads": 0, "rejected": 0}
-        latencies: list[float] = []
+        latencies: list[tuple[bool, float]] = []
         wall = asyncio.run(_drive(aggregator.target, sites, stats, latencies))
         sampler.stop.set()
         sampler.join()
@@ -200,7 +204,18 @@ def run_load(out: Path, sites: int = 1000, k: int = 100, rounds: int = 20) -> di
     ]
     samples = sampler.samples
     after_first = [s for s in samples if s["round"] >= 1] or samples
-    finite = [x for x in latencies if x != float("inf")]
+
+    def health(during_rounds: bool | None) -> dict:
+        chosen = [x for r, x in latencies if during_rounds is None or r == during_rounds]
+        finite = [x for x in chosen if x != float("inf")]
+        return {
+            "n": len(chosen),
+            "failed": len(chosen) - len(finite),
+            "p50": round(1000 * _percentile(finite, 50), 2),
+            "p99": round(1000 * _percentile(finite, 99), 2),
+            "max": round(1000 * max(finite), 2) if finite else None,
+        }
+
     result = {
         "sites": sites,
         "k": k,
@@ -213,13 +228,9 @@ def run_load(out: Path, sites: int = 1000, k: int = 100, rounds: int = 20) -> di
             "mean": round(statistics.fmean(walls), 3),
             "max": round(max(walls), 3),
         },
-        "health_check_ms": {
-            "n": len(latencies),
-            "failed": len(latencies) - len(finite),
-            "p50": round(1000 * _percentile(finite, 50), 2),
-            "p99": round(1000 * _percentile(finite, 99), 2),
-            "max": round(1000 * max(finite), 2) if finite else None,
-        },
+        "health_check_ms": health(None),
+        "health_check_ms_while_registering": health(False),
+        "health_check_ms_during_rounds": health(True),
         "aggregator": {
             "rss_mb_after_round_1": round(after_first[0]["rss_kb"] / 1024, 1),
             "rss_mb_peak": round(max(s["rss_kb"] for s in samples) / 1024, 1),
