@@ -58,6 +58,14 @@ class RunFailed(RuntimeError):
     pass
 
 
+class EmptyRound(RunFailed):
+    """Every selected site missed the deadline: the round is redone, the model unchanged."""
+
+
+#: consecutive empty rounds before the run gives up (each one marks its sites dead first)
+MAX_EMPTY_ROUNDS = 3
+
+
 class DependencyDown(RunFailed):
     """The profiler or policy stayed unreachable through every retry."""
 
@@ -376,7 +384,7 @@ class RoundLoop:
             self.metrics.dead_sites.set(len(self.state.dead))
             self.state.current = None
         if not progress.received:
-            raise RunFailed(f"round {progress.round}: no site returned a delta")
+            raise EmptyRound(f"round {progress.round}: no site returned a delta")
 
     def simulated_time(self, selection, profiles_by_id) -> tuple[float, object, list[SiteTime]]:
         run = self.run
@@ -566,11 +574,7 @@ class RoundLoop:
                     self.state.status.state = "running"
                     self.state.status.max_rounds = run.max_rounds
                 if not self.result.stopped_reason:  # a resumed run may already be over
-                    for round_no in range(self.start_round, run.max_rounds + 1):
-                        if self.run_round(round_no):
-                            break
-                    else:
-                        self.result.stopped_reason = "max_rounds"
+                    self.run_rounds(self.start_round)
             except (RunFailed, ValueError) as exc:
                 status, message = "failed", str(exc)
                 self.result.stopped_reason = "failed"
@@ -582,6 +586,30 @@ class RoundLoop:
                     self.state.status.message = message
                 self.state.finish()
         return self.result
+
+    def run_rounds(self, first: int) -> None:
+        """Rounds `first`..max_rounds. A round in which no site delivered is redone (its
+        sites are now marked dead, so the policy picks others); the run fails only after
+        MAX_EMPTY_ROUNDS of them in a row."""
+        round_no, empty = first, 0
+        while round_no <= self.run.max_rounds:
+            try:
+                stop = self.run_round(round_no)
+            except EmptyRound as exc:
+                empty += 1
+                self.metrics.empty_rounds.inc()
+                if empty >= MAX_EMPTY_ROUNDS:
+                    raise RunFailed(f"{exc} ({empty} times in a row)") from None
+                log.error("%s; redoing the round without the dead sites", exc)
+                # every site may be dead now: give a slow worker one deadline to poll again
+                if not self.state.wait_any_alive(self.run.round_deadline_s):
+                    raise RunFailed(f"{exc}, and no site came back within the deadline") from None
+                continue
+            empty = 0
+            if stop:
+                return
+            round_no += 1
+        self.result.stopped_reason = "max_rounds"
 
     def write_summary(self, status: str, message: str) -> None:
         run, result = self.run, self.result

@@ -78,6 +78,11 @@ class AggregatorMetrics:
             ["kind"],
             registry=registry,
         )
+        self.empty_rounds = Counter(
+            "powertrip_empty_rounds",
+            "Rounds redone because no selected site delivered a delta",
+            registry=registry,
+        )
         self.dead_sites = Gauge(
             "powertrip_dead_sites", "Sites currently marked dead", registry=registry
         )

@@ -154,6 +154,13 @@ class AggregatorState:
         with self.lock:
             self.dead = set(sites) & self._known
 
+    def wait_any_alive(self, timeout_s: float) -> bool:
+        """Block until some registered site is not dead (a poll or registration revives)."""
+        with self.lock:
+            return self.changed.wait_for(
+                lambda: any(s not in self.dead for s in self.site_owner), timeout=timeout_s
+            )
+
     def dead_sites(self) -> set[str]:
         with self.lock:
             return set(self.dead)
@@ -182,7 +189,9 @@ class AggregatorState:
         with self.lock:
             info = self.workers[worker_id]
             # a poll proves the worker is alive: its sites may be selected again
-            self.dead.difference_update(info.site_ids)
+            if self.dead.intersection(info.site_ids):
+                self.dead.difference_update(info.site_ids)
+                self.changed.notify_all()
             idle = not info.queue and not self.done
             if idle:
                 info.wake.clear()
