@@ -7,7 +7,7 @@ DEMO_OUT ?= runs/demo
 # the policies of the paper's Fig. 9, plus `all`
 DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
 
-.PHONY: setup demo test lint proto bench clean
+.PHONY: setup demo test reliability lint proto bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 
 
 test: setup  ## the whole test suite
 	$(BIN)/pytest -q
+
+reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/reliability/ (~3 min)
+	POWERTRIP_RELIABILITY=1 $(BIN)/pytest -q -s -m load tests/reliability
 
 bench: setup  ## speed figures as ratios against references measured in the same run (not part of test)
 	$(BIN)/python bench/run.py

@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(run)
     run.add_argument("--policy", help="site-selection policy (see `powertrip policies`)")
     run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue an interrupted run from DIR's last checkpoint (its own configuration)",
+    )
+    run.add_argument(
         "--param",
         action="append",
         default=[],
@@ -127,6 +132,25 @@ def load_config(args: argparse.Namespace) -> RunConfig:
     return config.validate()
 
 
+def _resume_args(args: argparse.Namespace) -> None:
+    """`run --resume DIR` takes DIR's run-config.yaml; other run flags would change the run."""
+    out = Path(args.resume)
+    config = out / "run-config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"--resume {out}: no run-config.yaml there (not a run directory?)")
+    ignored = {"resume", "quiet", "command", "param", "out"}
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k, v in vars(args).items()
+        if k not in ignored and v not in (None, [], False)
+    ]
+    if given or args.param or (args.out and Path(args.out) != out):
+        raise ConfigError(
+            f"--resume takes the configuration from {config}; drop {', '.join(given) or '--out'}"
+        )
+    args.config, args.out = str(config), str(out)
+
+
 def _resolve_workload(config: RunConfig) -> RunConfig:
     from powertrip.workloads import get_workload
 
@@ -160,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     from powertrip.workloads import DataError, UnknownWorkload
 
     try:
+        if getattr(args, "resume", None):
+            _resume_args(args)
         config = load_config(args)
         config = _resolve_workload(config)
         if args.command == "run":

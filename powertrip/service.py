@@ -17,6 +17,7 @@ import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
 from powertrip.rpc.server import PortInUseError, RunningServer, start_server, wait_for_termination
+from powertrip.rpc.tls import TlsError, add_tls_flags, load_tls
 
 
 @dataclass
@@ -55,7 +56,18 @@ def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default=os.environ.get("POWERTRIP_LOG_LEVEL", "INFO"))
     parser.add_argument("--grace-s", type=float, default=5.0, help="drain time on SIGTERM")
+    add_tls_flags(parser)
     return parser
+
+
+def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """Client credentials for a service dialling out (None: plaintext; bad flags exit 2)."""
+    try:
+        tls = load_tls(args)
+    except TlsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return tls.channel_credentials() if tls else None
 
 
 def setup_logging(level: str, name: str) -> None:
@@ -75,6 +87,7 @@ def serve(
     *,
     on_started: Callable[[RunningServer], None] | None = None,
     stop_event=None,
+    max_workers: int = 32,
 ) -> int:
     """Start metrics and the gRPC server, block until a signal, drain; return an exit code."""
     log = logging.getLogger(spec.name)
@@ -87,7 +100,19 @@ def serve(
             )
             return 1
     try:
-        running = start_server(register, service_names, port=args.port, host=args.host)
+        tls = load_tls(args)
+    except TlsError as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        running = start_server(
+            register,
+            service_names,
+            port=args.port,
+            host=args.host,
+            credentials=tls.server_credentials() if tls else None,
+            max_workers=max_workers,
+        )
     except PortInUseError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr)
         return 1

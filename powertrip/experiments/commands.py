@@ -63,10 +63,11 @@ def _render(path: Path) -> None:
 def run(config: RunConfig, args: argparse.Namespace) -> int:
     out = _out_dir(args, f"runs/{config.policy}-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
+    resume = bool(getattr(args, "resume", None))
     config.write_yaml(out / "run-config.yaml")
     with Deployment(out / "run-config.yaml", out / "logs") as deployment:
         _check_policies(deployment, [config.policy])
-        outcome = run_once(config, out, deployment, show_progress=not args.quiet)
+        outcome = run_once(config, out, deployment, show_progress=not args.quiet, resume=resume)
     _print_summary(outcome)
     _render(out)
     return 0

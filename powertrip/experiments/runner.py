@@ -51,8 +51,11 @@ def run_once(
     *,
     label: str = "",
     show_progress: bool = True,
+    resume: bool = False,
 ) -> RunOutcome:
-    """One run: write its config, start aggregator and workers, follow progress, collect."""
+    """One run: write its config, start aggregator and workers, follow progress, collect.
+
+    `resume` continues from the checkpoint in `out_dir` (see `powertrip run --resume`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     config_path = out_dir / "run-config.yaml"
     config.write_yaml(config_path)
@@ -71,6 +74,7 @@ def run_once(
                 deployment.profiler.target,
                 "--policy",
                 deployment.policy.target,
+                *(["--resume"] if resume else []),
             ],
             log_dir,
             timeout_s=120,

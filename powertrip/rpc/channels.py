@@ -30,11 +30,16 @@ def deadline_for(payload_bytes: int, base_s: float = 10.0) -> float:
     return base_s + payload_bytes / MIN_PLANNED_BANDWIDTH
 
 
-def wait_until_serving(target: str, timeout_s: float = 30.0, service: str = "") -> None:
+def wait_until_serving(
+    target: str,
+    timeout_s: float = 30.0,
+    service: str = "",
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
     """Poll grpc.health.v1 until SERVING; raise TimeoutError naming the target otherwise."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer"
-    with open_channel(target) as channel:
+    with open_channel(target, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:

@@ -21,6 +21,8 @@ from grpc_reflection.v1alpha import reflection
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # chunks are <= 1 MiB; headroom for headers
+#: HTTP/2 streams one connection may hold open at once (one site worker needs a handful)
+MAX_CONCURRENT_STREAMS = 256
 
 
 class PortInUseError(RuntimeError):
@@ -48,14 +50,25 @@ def start_server(
     host: str = "[::]",
     max_workers: int = 32,
     credentials: grpc.ServerCredentials | None = None,
+    max_concurrent_rpcs: int | None = None,
 ) -> RunningServer:
-    """Build, register and start a server; raise PortInUseError if the port is taken."""
+    """Build, register and start a server; raise PortInUseError if the port is taken.
+
+    Limits: 4 MiB per message, MAX_CONCURRENT_STREAMS per connection, and (by default)
+    4 x max_workers calls in flight; beyond that gRPC answers RESOURCE_EXHAUSTED at once
+    instead of queueing without bound.
+    """
     options = [
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        options=options,
+        maximum_concurrent_rpcs=max_concurrent_rpcs or 4 * max_workers,
+    )
     register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

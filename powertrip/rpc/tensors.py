@@ -94,8 +94,6 @@ class TensorAssembler:
 
     def add(self, chunk: common_pb2.TensorChunk) -> None:
         self.bytes_received += len(chunk.data)
-        if self.max_total_bytes is not None and self.bytes_received > self.max_total_bytes:
-            raise TensorStreamError("oversized", f"stream exceeds {self.max_total_bytes} bytes")
         if self.expected is not None and chunk.tensor_count != len(self.expected):
             raise TensorStreamError(
                 "tensor_count",
@@ -109,6 +107,9 @@ class TensorAssembler:
                 "order",
                 f"chunk for tensor {index} arrived while tensor {len(self._specs) - 1} open",
             )
+        # after the layout checks, so a wrong dtype or shape is named as such
+        if self.max_total_bytes is not None and self.bytes_received > self.max_total_bytes:
+            raise TensorStreamError("oversized", f"stream exceeds {self.max_total_bytes} bytes")
         spec = self._specs[index]
         if chunk.name != spec.name or chunk.dtype != spec.dtype or tuple(chunk.shape) != spec.shape:
             raise TensorStreamError("layout", f"chunk of {chunk.name!r} changes name/dtype/shape")

@@ -16,18 +16,27 @@ DATA_SCOPE_SITE: DataScope
 DATA_SCOPE_POOLED: DataScope
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "site_ids", "site_count", "device", "join_token")
+    __slots__ = ("worker_id", "site_ids", "site_count", "device", "join_token", "site_tokens")
+    class SiteTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_IDS_FIELD_NUMBER: _ClassVar[int]
     SITE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     JOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     site_ids: _containers.RepeatedScalarFieldContainer[str]
     site_count: int
     device: str
     join_token: str
-    def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ...) -> None: ...
+    site_tokens: _containers.ScalarMap[str, str]
+    def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
     __slots__ = ("run_id", "workload", "num_sites", "seed", "lr", "batch_size", "local_steps", "data_dir", "samples_per_site")

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from powertrip.config import ConfigError, RunConfig
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.config import ConfigError, RunConfig, load_site_tokens
+from powertrip.service import (
+    ServiceSpec,
+    base_parser,
+    channel_credentials,
+    serve,
+    setup_logging,
+)
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.logic import RoundLoop, all_site_ids, run_spec
+from services.aggregator.records import CheckpointError
 from services.aggregator.servicer import SERVICE_NAME, AggregatorMetrics, AggregatorServicer
 from services.aggregator.state import AggregatorState
 
@@ -32,6 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--register-timeout-s", type=float, default=300.0)
     parser.add_argument("--join-token", default="", help="token workers must present to register")
+    parser.add_argument(
+        "--site-tokens",
+        default=os.environ.get("POWERTRIP_SITE_TOKENS"),
+        help="YAML file mapping site id -> join token; a worker may host a site only with "
+        "its token (env POWERTRIP_SITE_TOKENS)",
+    )
+    parser.add_argument(
+        "--max-threads",
+        type=int,
+        default=int(os.environ.get("POWERTRIP_AGGREGATOR_THREADS", 128)),
+        help="handler threads; each parked long poll holds one, so allow one per worker "
+        "plus headroom (env POWERTRIP_AGGREGATOR_THREADS)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last checkpoint in --out (start fresh if there is none)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
     try:
@@ -39,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         run.validate()
         workload = get_workload(run.workload)
         run = run.resolved(workload.defaults)
+        site_tokens = load_site_tokens(args.site_tokens) if args.site_tokens else None
     except (ConfigError, UnknownWorkload) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
@@ -50,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         register_timeout_s=args.register_timeout_s,
         exit_when_done=args.exit_when_done,
         join_token=args.join_token,
+        resume=args.resume,
+        credentials=channel_credentials(args),
     )
     registry = CollectorRegistry()
     metrics = AggregatorMetrics(registry)
@@ -57,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     loop = RoundLoop(config, state, metrics)
     try:
         loop.prepare()
-    except DataError as exc:
+    except (DataError, CheckpointError) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
-    servicer = AggregatorServicer(state, run_spec(config), metrics, join_token=args.join_token)
+    servicer = AggregatorServicer(
+        state, run_spec(config), metrics, join_token=args.join_token, site_tokens=site_tokens
+    )
     stop = threading.Event()
 
     def start_loop(_running) -> None:
@@ -80,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         registry,
         on_started=start_loop,
         stop_event=stop,
+        max_workers=max(8, args.max_threads),
     )
     if code == 0 and loop.result.stopped_reason == "failed":
         return 3

@@ -17,3 +17,5 @@ class AggregatorConfig:
     register_timeout_s: float = 300.0
     exit_when_done: bool = False
     join_token: str = ""  # when set, workers must present it to register
+    resume: bool = False  # continue from out_dir/checkpoint
+    credentials: object = None  # grpc.ChannelCredentials for profiler/policy (mutual TLS)

@@ -7,6 +7,7 @@ real elapsed time on the wall clock.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -32,16 +33,41 @@ from powertrip.v1 import (
 )
 from powertrip.workloads import get_workload
 from services.aggregator.config import AggregatorConfig
-from services.aggregator.records import RoundRow, RunRecorder
+from services.aggregator.records import CheckpointError, RoundRow, RunRecorder, load_checkpoint
 from services.aggregator.servicer import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RoundInProgress
 
 log = logging.getLogger("aggregator")
 RPC_RETRIES = 5
+#: Settings that may differ between a run and its resumption: they change how the run is
+#: executed, not what it computes.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "workers",
+        "threads_per_worker",
+        "round_deadline_s",
+        "max_rounds",
+        "max_sim_hours",
+        "checkpoint",
+        "data_dir",
+    }
+)
 
 
 class RunFailed(RuntimeError):
     pass
+
+
+class EmptyRound(RunFailed):
+    """Every selected site missed the deadline: the round is redone, the model unchanged."""
+
+
+#: consecutive empty rounds before the run gives up (each one marks its sites dead first)
+MAX_EMPTY_ROUNDS = 3
+
+
+class DependencyDown(RunFailed):
+    """The profiler or policy stayed unreachable through every retry."""
 
 
 @dataclass
@@ -53,6 +79,40 @@ class LoopResult:
     time_to_target_s: float | None = None
     stopped_reason: str = ""
     history: list[common_pb2.RoundRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """Everything the next round depends on; floats survive JSON exactly (repr)."""
+        return {
+            "rounds": self.rounds,
+            "sim_time_s": self.sim_time_s,
+            "accuracy": self.accuracy,
+            "best_accuracy": self.best_accuracy,
+            "time_to_target_s": self.time_to_target_s,
+            "stopped_reason": self.stopped_reason,
+            "history": [
+                {
+                    "round": h.round,
+                    "k": h.k,
+                    "accuracy": h.accuracy,
+                    "round_time_s": h.round_time_s,
+                    "predicted_round_time_s": h.predicted_round_time_s,
+                    "sim_time_s": h.sim_time_s,
+                }
+                for h in self.history
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> LoopResult:
+        return cls(
+            rounds=int(data["rounds"]),
+            sim_time_s=float(data["sim_time_s"]),
+            accuracy=float(data["accuracy"]),
+            best_accuracy=float(data["best_accuracy"]),
+            time_to_target_s=data["time_to_target_s"],
+            stopped_reason=str(data["stopped_reason"]),
+            history=[common_pb2.RoundRecord(**h) for h in data["history"]],
+        )
 
 
 def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
@@ -75,22 +135,29 @@ def initial_weights(workload, seed: int) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
-def _retry(call, what: str):
-    """Call a dependency with exponential backoff; the run never dies on one blip."""
+def _retry(call, what: str, retries: int = RPC_RETRIES, on_retry=None):
+    """Call a dependency with exponential backoff; the run never dies on one blip.
+
+    A wrong request (INVALID_ARGUMENT, NOT_FOUND) fails at once: retrying cannot fix it.
+    Anything else that outlasts the retries raises DependencyDown, which callers answer
+    with their last good value.
+    """
     delay = 0.2
-    for attempt in range(RPC_RETRIES):
+    for attempt in range(retries):
         try:
             return call()
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
                 raise RunFailed(f"{what}: {exc.details()}") from None
-            if attempt == RPC_RETRIES - 1:
-                raise RunFailed(
-                    f"{what} unavailable after {RPC_RETRIES} tries: {exc.code().name}"
+            if on_retry:
+                on_retry()
+            if attempt == retries - 1:
+                raise DependencyDown(
+                    f"{what} unavailable after {retries} tries: {exc.code().name}"
                 ) from None
             log.warning("%s failed (%s); retrying in %.1fs", what, exc.code().name, delay)
             time.sleep(delay)
-            delay *= 2
+            delay = min(delay * 2, 5.0)
 
 
 class RoundLoop:
@@ -102,8 +169,12 @@ class RoundLoop:
         self.state = state
         self.metrics = metrics
         self.workload = get_workload(self.run.workload)
-        self.recorder = RunRecorder(config.out_dir)
+        self.recorder: RunRecorder | None = None
         self.result = LoopResult()
+        self.start_round = 1
+        # last good answers of the dependencies, reused while they are down
+        self.last_profiles: list[common_pb2.SiteProfile] | None = None
+        self.last_selection: policy_pb2.Selection | None = None
         # Evaluation runs while the site workers wait for the next round, so it may use
         # every core the workers use between them.
         torch.set_num_threads(max(1, self.run.workers * self.run.threads_per_worker))
@@ -115,8 +186,61 @@ class RoundLoop:
         ix = eval_subset(len(dataset.test), self.run.eval_samples, self.run.seed)
         self.eval_x, self.eval_y = dataset.test.x[ix], dataset.test.y[ix]
         self.model = self.workload.build_model()
-        self.state.set_model(initial_weights(self.workload, self.run.seed), version=0)
+        initial = initial_weights(self.workload, self.run.seed)
+        checkpoint = load_checkpoint(self.config.out_dir) if self.config.resume else None
+        if checkpoint is None:
+            if self.config.resume:
+                log.warning(
+                    "--resume: no checkpoint in %s; starting from round 1", self.config.out_dir
+                )
+            self.recorder = RunRecorder(self.config.out_dir)
+            self.state.set_model(initial, version=0)
+        else:
+            self._restore(initial, *checkpoint)
         self.run.write_yaml(self.config.out_dir / "config.yaml")
+
+    def _restore(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
+        """Continue from a checkpoint: same model bytes, same loop state, same files."""
+        where = self.config.out_dir / "checkpoint" / "state.json"
+        differ = sorted(
+            k
+            for k, v in self.run.to_dict().items()
+            if k not in RESUMABLE_CHANGES and saved.get("config", {}).get(k) != v
+        )
+        if differ:
+            raise CheckpointError(
+                f"{where}: the run configuration differs from the checkpoint's in "
+                f"{', '.join(differ)}; resume with the run's own configuration"
+            )
+        if list(weights) != list(initial) or any(
+            weights[k].shape != initial[k].shape or weights[k].dtype != initial[k].dtype
+            for k in initial
+        ):
+            raise CheckpointError(f"{where}: the checkpointed model does not match the workload")
+        self.result = LoopResult.from_json(saved["result"])
+        self.start_round = int(saved["round"]) + 1
+        self.recorder = RunRecorder(self.config.out_dir, keep_rounds=int(saved["round"]))
+        self.state.set_model(weights, version=int(saved["model_version"]))
+        self.state.restore_dead(saved.get("dead_sites", []))
+        if saved.get("last_selection"):
+            self.last_selection = policy_pb2.Selection.FromString(
+                base64.b64decode(saved["last_selection"])
+            )
+        if saved.get("last_profiles"):
+            self.last_profiles = list(
+                profiler_pb2.GetProfilesResponse.FromString(
+                    base64.b64decode(saved["last_profiles"])
+                ).sites
+            )
+        if self.result.history:
+            with self.state.lock:
+                self.state.status.last.CopyFrom(self.result.history[-1])
+                self.state.status.round = self.result.rounds
+        log.info(
+            "resumed from the checkpoint of round %d (simulated time %.1fs)",
+            self.result.rounds,
+            self.result.sim_time_s,
+        )
 
     def wait_for_sites(self) -> None:
         deadline = time.monotonic() + self.config.register_timeout_s
@@ -147,7 +271,66 @@ class RoundLoop:
             shadow=self.run.shadow,
             estimator=self.run.estimator,
         )
-        return _retry(lambda: self.policy.SelectSites(request, timeout=30), "policy.SelectSites")
+        try:
+            selection = _retry(
+                lambda: self.policy.SelectSites(request, timeout=30),
+                "policy.SelectSites",
+                on_retry=lambda: self.metrics.dependency_retries.labels("policy").inc(),
+            )
+        except DependencyDown as exc:
+            return self._fallback_selection(round_no, profiles, exc)
+        self.last_selection = selection
+        return selection
+
+    def _fallback_selection(self, round_no: int, profiles, exc) -> policy_pb2.Selection:
+        """The policy is down: reuse its last good selection, minus sites now dead."""
+        alive = {p.site_id for p in profiles if p.alive}
+        last = self.last_selection
+        if last is None or not alive.intersection(last.site_ids):
+            raise RunFailed(f"{exc}; no earlier selection to fall back on") from None
+        selection = policy_pb2.Selection()
+        selection.CopyFrom(last)
+        del selection.site_ids[:]
+        selection.site_ids.extend(s for s in last.site_ids if s in alive)
+        selection.k = len(selection.site_ids)
+        del selection.shadows[:]
+        selection.explanation = json.dumps(
+            {"fallback": "last good selection", "reason": str(exc), "from_round": round_no - 1}
+        )
+        self.metrics.policy_fallbacks.inc()
+        log.error(
+            "round %d: %s; reusing the last good selection (k=%d)", round_no, exc, selection.k
+        )
+        return selection
+
+    def profiles(self, at_s: float) -> list[common_pb2.SiteProfile]:
+        """Profiles at `at_s` with dead sites marked; the last good ones if the profiler is down."""
+        try:
+            sites = list(
+                _retry(
+                    lambda: self.profiler.GetProfiles(
+                        profiler_pb2.GetProfilesRequest(at_s=at_s), timeout=30
+                    ),
+                    "profiler.GetProfiles",
+                    on_retry=lambda: self.metrics.dependency_retries.labels("profiler").inc(),
+                ).sites
+            )
+            self.last_profiles = sites
+        except DependencyDown as exc:
+            if self.last_profiles is None:
+                raise RunFailed(f"{exc}; no earlier profiles to fall back on") from None
+            self.metrics.profiler_fallbacks.inc()
+            log.error("%s; reusing the last good profiles", exc)
+            sites = self.last_profiles
+        dead = self.state.dead_sites()
+        out = []
+        for profile in sites:
+            copy = common_pb2.SiteProfile()
+            copy.CopyFrom(profile)
+            if profile.site_id in dead:
+                copy.alive = False
+            out.append(copy)
+        return out
 
     def dispatch(self, round_no: int, selection: policy_pb2.Selection) -> RoundInProgress:
         version = self.state.model_version
@@ -196,9 +379,12 @@ class RoundLoop:
                 for site in missing:
                     progress.failed.add(site)
                     progress.fedavg.skip(site)
+                self.state.mark_dead_locked(missing)
+                self.metrics.site_failures.inc(len(missing))
+            self.metrics.dead_sites.set(len(self.state.dead))
             self.state.current = None
         if not progress.received:
-            raise RunFailed(f"round {progress.round}: no site returned a delta")
+            raise EmptyRound(f"round {progress.round}: no site returned a delta")
 
     def simulated_time(self, selection, profiles_by_id) -> tuple[float, object, list[SiteTime]]:
         run = self.run
@@ -226,12 +412,7 @@ class RoundLoop:
         """One synchronous round; returns True when the run should stop."""
         run, result = self.run, self.result
         wall_start = time.monotonic()
-        profiles = _retry(
-            lambda: self.profiler.GetProfiles(
-                profiler_pb2.GetProfilesRequest(at_s=result.sim_time_s), timeout=30
-            ),
-            "profiler.GetProfiles",
-        ).sites
+        profiles = self.profiles(result.sim_time_s)
         profiles_by_id = {p.site_id: p for p in profiles}
         selection = self.select(round_no, profiles)
         if not selection.site_ids:
@@ -291,6 +472,7 @@ class RoundLoop:
             "actual_round_time_s": round_s,
             "explanation": _json_or_text(selection.explanation),
             "failed_sites": sorted(progress.failed),
+            "dead_sites": sorted(self.state.dead_sites()),
             "shadows": [
                 {"policy": s.policy, "k": s.k, "predicted_round_time_s": s.predicted_round_time_s}
                 for s in selection.shadows
@@ -308,10 +490,16 @@ class RoundLoop:
             )
         )
         self._publish(row)
+        stop = False
+        if accuracy >= run.target_accuracy and result.time_to_target_s is None:
+            result.time_to_target_s = result.sim_time_s
+            result.stopped_reason = "target_reached"
+            stop = True
+        elif run.max_sim_hours and result.sim_time_s >= run.max_sim_hours * 3600:
+            result.stopped_reason = "time_budget"
+            stop = True
         if run.checkpoint:
-            self.recorder.checkpoint(
-                new_weights, {"round": round_no, "sim_time_s": result.sim_time_s}
-            )
+            self.save_checkpoint(round_no, new_weights, progress.model_version + 1)
         log.info(
             "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
             round_no,
@@ -322,15 +510,29 @@ class RoundLoop:
             round_s,
             wall_round_s,
         )
+        return stop
 
-        if accuracy >= run.target_accuracy and result.time_to_target_s is None:
-            result.time_to_target_s = result.sim_time_s
-            result.stopped_reason = "target_reached"
-            return True
-        if run.max_sim_hours and result.sim_time_s >= run.max_sim_hours * 3600:
-            result.stopped_reason = "time_budget"
-            return True
-        return False
+    def save_checkpoint(self, round_no: int, weights, model_version: int) -> None:
+        """Model plus every piece of loop state the following rounds depend on."""
+        state = {
+            "round": round_no,
+            "model_version": model_version,
+            "sim_time_s": self.result.sim_time_s,
+            "result": self.result.to_json(),
+            "dead_sites": sorted(self.state.dead_sites()),
+            "config": self.run.to_dict(),
+        }
+        if self.last_selection is not None:
+            state["last_selection"] = base64.b64encode(
+                self.last_selection.SerializeToString(deterministic=True)
+            ).decode()
+        if self.last_profiles is not None:
+            state["last_profiles"] = base64.b64encode(
+                profiler_pb2.GetProfilesResponse(sites=self.last_profiles).SerializeToString(
+                    deterministic=True
+                )
+            ).decode()
+        self.recorder.checkpoint(weights, state)
 
     def _publish(self, row: RoundRow) -> None:
         m = self.metrics
@@ -359,7 +561,11 @@ class RoundLoop:
         run = self.run
         status = "done"
         message = ""
-        with open_channel(self.config.profiler) as pch, open_channel(self.config.policy) as ych:
+        creds = self.config.credentials
+        with (
+            open_channel(self.config.profiler, creds) as pch,
+            open_channel(self.config.policy, creds) as ych,
+        ):
             self.profiler = profiler_pb2_grpc.ProfilerStub(pch)
             self.policy = policy_pb2_grpc.PolicyStub(ych)
             try:
@@ -367,11 +573,8 @@ class RoundLoop:
                 with self.state.lock:
                     self.state.status.state = "running"
                     self.state.status.max_rounds = run.max_rounds
-                for round_no in range(1, run.max_rounds + 1):
-                    if self.run_round(round_no):
-                        break
-                else:
-                    self.result.stopped_reason = "max_rounds"
+                if not self.result.stopped_reason:  # a resumed run may already be over
+                    self.run_rounds(self.start_round)
             except (RunFailed, ValueError) as exc:
                 status, message = "failed", str(exc)
                 self.result.stopped_reason = "failed"
@@ -383,6 +586,30 @@ class RoundLoop:
                     self.state.status.message = message
                 self.state.finish()
         return self.result
+
+    def run_rounds(self, first: int) -> None:
+        """Rounds `first`..max_rounds. A round in which no site delivered is redone (its
+        sites are now marked dead, so the policy picks others); the run fails only after
+        MAX_EMPTY_ROUNDS of them in a row."""
+        round_no, empty = first, 0
+        while round_no <= self.run.max_rounds:
+            try:
+                stop = self.run_round(round_no)
+            except EmptyRound as exc:
+                empty += 1
+                self.metrics.empty_rounds.inc()
+                if empty >= MAX_EMPTY_ROUNDS:
+                    raise RunFailed(f"{exc} ({empty} times in a row)") from None
+                log.error("%s; redoing the round without the dead sites", exc)
+                # every site may be dead now: give a slow worker one deadline to poll again
+                if not self.state.wait_any_alive(self.run.round_deadline_s):
+                    raise RunFailed(f"{exc}, and no site came back within the deadline") from None
+                continue
+            empty = 0
+            if stop:
+                return
+            round_no += 1
+        self.result.stopped_reason = "max_rounds"
 
     def write_summary(self, status: str, message: str) -> None:
         run, result = self.run, self.result

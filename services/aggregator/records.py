@@ -7,10 +7,12 @@ the same seed produce identical files; wall-clock timings go to wall.csv instead
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,17 +50,35 @@ def _fmt(value) -> str:
     return str(value)
 
 
+WALL_HEADER = "round,wall_round_s,wall_train_s,wall_eval_s\n"
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt or belongs to another run; the message says which."""
+
+
 class RunRecorder:
-    def __init__(self, out_dir: Path):
+    """Append-only round files. `keep_rounds` (on resume) keeps rows of rounds <= it and
+    drops any written after the last checkpoint, so the files continue seamlessly."""
+
+    def __init__(self, out_dir: Path, keep_rounds: int | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.rounds_path = self.out_dir / "rounds.csv"
         self.decisions_path = self.out_dir / "decisions.jsonl"
         self.wall_path = self.out_dir / "wall.csv"
-        with self.rounds_path.open("w", newline="") as f:
-            csv.writer(f).writerow(ROUND_COLUMNS)
-        self.decisions_path.write_text("")
-        self.wall_path.write_text("round,wall_round_s,wall_train_s,wall_eval_s\n")
+        if keep_rounds is None:
+            with self.rounds_path.open("w", newline="") as f:
+                csv.writer(f).writerow(ROUND_COLUMNS)
+            self.decisions_path.write_text("")
+            self.wall_path.write_text(WALL_HEADER)
+            return
+        header = ",".join(ROUND_COLUMNS) + "\r\n"
+        _truncate(self.rounds_path, header, keep_rounds, lambda line: line.split(",", 1)[0])
+        _truncate(self.decisions_path, "", keep_rounds, lambda line: json.loads(line)["round"])
+        _truncate(self.wall_path, WALL_HEADER, keep_rounds, lambda line: line.split(",", 1)[0])
 
     def add_round(self, row: RoundRow, decision: dict, wall: tuple[float, float, float]) -> None:
         values = asdict(row)
@@ -75,13 +95,91 @@ class RunRecorder:
         os.replace(tmp, self.out_dir / "summary.json")
 
     def checkpoint(self, weights: dict[str, np.ndarray], state: dict) -> None:
-        """Write the model and loop state atomically (rename), keeping only the latest."""
-        ckpt = self.out_dir / "checkpoint"
+        """Write the model, then the loop state that names it (each atomically, fsynced).
+
+        state.json is the commit point: it is replaced only once the model file it names
+        is on disk, so a kill at any instant leaves a consistent pair (the previous one or
+        the new one). Older model files are removed afterwards.
+        """
+        ckpt = self.out_dir / CHECKPOINT_DIR
         ckpt.mkdir(exist_ok=True)
-        tmp = ckpt / "model.npz.tmp"
+        name = f"model-{int(state['round']):06d}.npz"
+        tmp = ckpt / f"{name}.tmp"
         with tmp.open("wb") as f:
             np.savez(f, **weights)
-        os.replace(tmp, ckpt / "model.npz")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, ckpt / name)
+        record = {
+            **state,
+            "format": CHECKPOINT_FORMAT,
+            "model_file": name,
+            "model_sha256": _sha256(ckpt / name),
+        }
         tmp_state = ckpt / "state.json.tmp"
-        tmp_state.write_text(json.dumps(state, indent=1))
+        with tmp_state.open("w") as f:
+            f.write(json.dumps(record, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp_state, ckpt / "state.json")
+        for old in ckpt.glob("model*.npz"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+
+
+def load_checkpoint(out_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """(weights, state) of the last checkpoint under `out_dir`, or None if there is none.
+
+    Raises CheckpointError naming the file when one exists but cannot be trusted.
+    """
+    ckpt = Path(out_dir) / CHECKPOINT_DIR
+    state_path = ckpt / "state.json"
+    if not state_path.exists():
+        return None
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{state_path}: unreadable checkpoint state: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{state_path}: not a format-{CHECKPOINT_FORMAT} checkpoint (written by an older "
+            "version?); start a new run instead"
+        )
+    model_path = ckpt / str(state.get("model_file", ""))
+    if not model_path.is_file():
+        raise CheckpointError(f"{state_path}: names model file {model_path.name}, which is missing")
+    if _sha256(model_path) != state.get("model_sha256"):
+        raise CheckpointError(f"{model_path}: SHA-256 does not match {state_path}")
+    with np.load(model_path, allow_pickle=False) as data:
+        weights = {k: data[k] for k in data.files}
+    return weights, state
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:
+    """Rewrite `path` keeping its header and the lines of rounds <= keep_rounds."""
+    lines = []
+    if path.exists():
+        with path.open(newline="") as f:  # keep csv's \r\n line ends byte for byte
+            lines = f.read().splitlines(keepends=True)
+    if header:
+        lines = lines[1:]
+    kept = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            if int(round_of(line)) <= keep_rounds:
+                kept.append(line)
+        except (ValueError, KeyError, json.JSONDecodeError):
+            break  # a half-written last line from the crash
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(header + "".join(kept), newline="")
+    os.replace(tmp, path)

@@ -7,11 +7,12 @@ increment with its reason, and never reaches FedAvg.
 from __future__ import annotations
 
 import logging
+import secrets
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from powertrip.rpc.tensors import TensorAssembler, TensorStreamError
+from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, TensorStreamError
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.state import AggregatorState, RegistrationError
 
@@ -55,6 +56,50 @@ class AggregatorMetrics:
         self.policy_fallbacks = Counter(
             "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
         )
+        self.profiler_fallbacks = Counter(
+            "powertrip_profiler_fallbacks",
+            "Rounds that reused the last profiles (profiler unreachable)",
+            registry=registry,
+        )
+        self.dependency_retries = Counter(
+            "powertrip_dependency_retries",
+            "Failed calls to the profiler or policy that were retried",
+            ["dependency"],
+            registry=registry,
+        )
+        self.site_failures = Counter(
+            "powertrip_site_failures",
+            "Selected sites that missed their round's deadline",
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "powertrip_auth_failures",
+            "Calls refused for a missing or wrong token, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.empty_rounds = Counter(
+            "powertrip_empty_rounds",
+            "Rounds redone because no selected site delivered a delta",
+            registry=registry,
+        )
+        self.dead_sites = Gauge(
+            "powertrip_dead_sites", "Sites currently marked dead", registry=registry
+        )
+
+
+#: Largest single upload message: one <= 1 MiB chunk plus its fields. Anything bigger is
+#: refused by us (RESOURCE_EXHAUSTED, reason oversized_message) before gRPC's own 4 MiB cap.
+MAX_UPLOAD_MESSAGE_BYTES = CHUNK_BYTES + 64 * 1024
+
+
+def stream_error_status(reason: str) -> grpc.StatusCode:
+    """Too much data is a resource problem; every other malformed stream is a bad argument."""
+    return (
+        grpc.StatusCode.RESOURCE_EXHAUSTED
+        if reason == "oversized"
+        else (grpc.StatusCode.INVALID_ARGUMENT)
+    )
 
 
 class Rejected(Exception):
@@ -70,15 +115,45 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         spec: aggregator_pb2.RunSpec,
         metrics: AggregatorMetrics,
         join_token: str = "",
+        site_tokens: dict[str, str] | None = None,
     ):
         self.state = state
         self.spec = spec
         self.metrics = metrics
         self.join_token = join_token
+        self.site_tokens = dict(site_tokens or {})
+        self._token_owner = {token: site for site, token in self.site_tokens.items()}
+
+    def _check_site_tokens(self, request, context) -> None:
+        """Per-site tokens: a worker may host a site only with that site's own token."""
+        if not request.site_ids:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "site_ids: this aggregator uses per-site join tokens; name the sites to host",
+            )
+        for site in request.site_ids:
+            given = request.site_tokens.get(site, "")
+            want = self.site_tokens.get(site)
+            if want is not None and given and secrets.compare_digest(given, want):
+                continue
+            owner = self._token_owner.get(given)
+            if owner is not None:
+                self.metrics.auth_failures.labels("wrong_site_token").inc()
+                context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"site_tokens[{site}]: that is the token of {owner}, not of {site}",
+                )
+            self.metrics.auth_failures.labels("site_token").inc()
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, f"site_tokens[{site}]: missing or wrong token"
+            )
 
     def Register(self, request, context):
-        if self.join_token and request.join_token != self.join_token:
+        if self.join_token and not secrets.compare_digest(request.join_token, self.join_token):
+            self.metrics.auth_failures.labels("join_token").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong join token")
+        if self.site_tokens:
+            self._check_site_tokens(request, context)
         try:
             info = self.state.register(
                 request.worker_id, list(request.site_ids), request.site_count
@@ -100,6 +175,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
     def _worker(self, worker_id: str, token: str, context):
         info = self.state.authenticate(worker_id, token)
         if info is None:
+            self.metrics.auth_failures.labels("session").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown worker or bad session token")
         return info
 
@@ -139,7 +215,10 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
 
     def _receive(self, request_iterator, context):
         iterator = iter(request_iterator)
-        first = next(iterator, None)
+        try:
+            first = next(iterator, None)
+        except grpc.RpcError:
+            raise self._aborted() from None
         if first is None or first.WhichOneof("part") != "header":
             raise Rejected(
                 grpc.StatusCode.INVALID_ARGUMENT, "no_header", "stream must start with a header"
@@ -148,7 +227,9 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         info = self.state.authenticate(header.worker_id, header.session_token)
         if info is None:
             raise Rejected(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", "bad session token")
-        self._check_task(header, info.site_ids)
+        with self.state.lock:
+            hosted = [s for s in info.site_ids if self.state.site_owner.get(s) == info.worker_id]
+        self._check_task(header, hosted)
         with self.state.lock:
             layout, limit = list(self.state.layout), self.state.model_bytes
         assembler = TensorAssembler(expected=layout, max_total_bytes=limit)
@@ -158,11 +239,30 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                     raise Rejected(
                         grpc.StatusCode.INVALID_ARGUMENT, "order", "second header in stream"
                     )
+                if message.ByteSize() > MAX_UPLOAD_MESSAGE_BYTES:
+                    raise Rejected(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        "oversized_message",
+                        f"a {message.ByteSize()}-byte message; chunks are at most "
+                        f"{CHUNK_BYTES} bytes",
+                    )
                 assembler.add(message.chunk)
             arrays = assembler.finish(check_finite=True)
         except TensorStreamError as exc:
-            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, exc.reason, str(exc)) from None
+            raise Rejected(stream_error_status(exc.reason), exc.reason, str(exc)) from None
+        except grpc.RpcError:
+            raise self._aborted() from None
         return header, arrays, assembler.bytes_received
+
+    @staticmethod
+    def _aborted() -> Rejected:
+        """gRPC broke the stream under us: a message over the transport's 4 MiB cap (the
+        client already has RESOURCE_EXHAUSTED) or a client that vanished mid-upload."""
+        return Rejected(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "stream_aborted",
+            "the upload stream broke (message over the size cap, or the client went away)",
+        )
 
     def _check_task(self, header, hosted: list[str]) -> None:
         state = self.state
@@ -183,10 +283,10 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         with state.lock:
             current = state.current
             if current is None or header.round != current.round:
-                have = current.round if current else 0
+                have = current.round if current else state.round_no
                 raise Rejected(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    "stale_round",
+                    "future_round" if header.round > have else "stale_round",
                     f"delta for round {header.round}, current round is {have}",
                 )
             task = current.tasks.get(header.task_id)
@@ -197,7 +297,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             if header.model_version != task.model_version:
                 raise Rejected(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    "stale_round",
+                    "stale_model",
                     f"delta against model {header.model_version}, task was {task.model_version}",
                 )
             if header.site_id in current.received:

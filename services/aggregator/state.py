@@ -29,6 +29,9 @@ class WorkerInfo:
     session_token: str
     site_ids: list[str]
     queue: list[aggregator_pb2.Task] = field(default_factory=list)
+    #: set when tasks arrive or the run ends: a long poll waits on its own worker's event,
+    #: so one upload does not wake every parked poller (1,000 of them under load)
+    wake: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -64,6 +67,10 @@ class AggregatorState:
         self.model_version = 0
         self._chunks: list[common_pb2.TensorChunk] = []
         self.current: RoundInProgress | None = None
+        self.round_no = 0  # the last round installed
+        #: sites that missed a round's deadline and have not been heard from since; the
+        #: policy sees them as alive=False until their worker polls or registers again
+        self.dead: set[str] = set()
         self.done = False
         self.status = aggregator_pb2.RunStatus(state="waiting_for_sites", num_sites=len(site_ids))
 
@@ -92,7 +99,12 @@ class AggregatorState:
                 unknown = [s for s in wanted if s not in self._known]
                 if unknown:
                     raise RegistrationError("unknown_site", f"unknown site id(s): {unknown[:5]}")
-                taken = [s for s in wanted if self.site_owner.get(s, worker_id) != worker_id]
+                # a dead site may be taken over by another worker (a replacement host)
+                taken = [
+                    s
+                    for s in wanted
+                    if self.site_owner.get(s, worker_id) != worker_id and s not in self.dead
+                ]
                 if taken:
                     raise RegistrationError(
                         "taken", f"site(s) already hosted elsewhere: {taken[:5]}"
@@ -110,10 +122,48 @@ class AggregatorState:
             info = WorkerInfo(worker_id, secrets.token_hex(16), sites)
             self.workers[worker_id] = info
             for site in sites:
+                owner = self.site_owner.get(site)
+                if owner is not None and owner != worker_id and owner in self.workers:
+                    old = self.workers[owner]
+                    old.site_ids = [s for s in old.site_ids if s != site]
+                    old.queue = [t for t in old.queue if t.site_id != site]
                 self.site_owner[site] = worker_id
+            self.dead.difference_update(sites)
+            self._requeue_open_tasks(info)
             self.status.registered_sites = len(self.site_owner)
             self.changed.notify_all()
             return info
+
+    def _requeue_open_tasks(self, info: WorkerInfo) -> None:
+        """A (re)joining worker gets the current round's tasks its sites still owe."""
+        current = self.current
+        if current is None:
+            return
+        done = current.received | current.failed
+        for task in current.tasks.values():
+            if task.site_id in info.site_ids and task.site_id not in done:
+                info.queue.append(task)
+                info.wake.set()
+
+    # ---- liveness ----------------------------------------------------------------------
+    def mark_dead_locked(self, sites) -> None:
+        """Caller holds the lock. Sites that missed a deadline are excluded until heard from."""
+        self.dead.update(sites)
+
+    def restore_dead(self, sites) -> None:
+        with self.lock:
+            self.dead = set(sites) & self._known
+
+    def wait_any_alive(self, timeout_s: float) -> bool:
+        """Block until some registered site is not dead (a poll or registration revives)."""
+        with self.lock:
+            return self.changed.wait_for(
+                lambda: any(s not in self.dead for s in self.site_owner), timeout=timeout_s
+            )
+
+    def dead_sites(self) -> set[str]:
+        with self.lock:
+            return set(self.dead)
 
     def authenticate(self, worker_id: str, token: str) -> WorkerInfo | None:
         with self.lock:
@@ -128,19 +178,32 @@ class AggregatorState:
     def install_round(self, progress: RoundInProgress) -> None:
         with self.lock:
             self.current = progress
+            self.round_no = progress.round
             for task in progress.tasks.values():
-                owner = self.site_owner[task.site_id]
-                self.workers[owner].queue.append(task)
+                owner = self.workers[self.site_owner[task.site_id]]
+                owner.queue.append(task)
+                owner.wake.set()
             self.changed.notify_all()
 
     def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[aggregator_pb2.Task], bool]:
         with self.lock:
             info = self.workers[worker_id]
-            self.changed.wait_for(lambda: info.queue or self.done, timeout=max(0.0, wait_s))
+            # a poll proves the worker is alive: its sites may be selected again
+            if self.dead.intersection(info.site_ids):
+                self.dead.difference_update(info.site_ids)
+                self.changed.notify_all()
+            idle = not info.queue and not self.done
+            if idle:
+                info.wake.clear()
+        if idle:
+            info.wake.wait(timeout=max(0.0, wait_s))
+        with self.lock:
             tasks, info.queue = info.queue, []
             return tasks, self.done and not tasks
 
     def finish(self) -> None:
         with self.lock:
             self.done = True
+            for info in self.workers.values():
+                info.wake.set()
             self.changed.notify_all()

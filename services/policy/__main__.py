@@ -46,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     # powertrip.service.serve owns the parts every service shares: the metrics endpoint,
     # port-bind errors (exit 1), the "listening on port N" line launchers read, SIGTERM drain.
     serve_args = argparse.Namespace(
-        port=config.port, host=config.host, metrics_port=config.metrics_port, grace_s=config.grace_s
+        port=config.port,
+        host=config.host,
+        metrics_port=config.metrics_port,
+        grace_s=config.grace_s,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
     )
     return serve(
         SPEC,

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from powertrip.config import RunConfig
+from powertrip.rpc.tls import add_tls_flags
 from services.policy.policies.base import ESTIMATORS
 
 ENV_PREFIX = "POWERTRIP_POLICY_"
@@ -194,4 +195,5 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--list-policies", action="store_true", help="print one line per policy and exit"
     )
+    add_tls_flags(parser)
     return parser

@@ -11,7 +11,14 @@ import threading
 import grpc
 from prometheus_client import CollectorRegistry
 
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.config import ConfigError, load_site_tokens
+from powertrip.service import (
+    ServiceSpec,
+    base_parser,
+    channel_credentials,
+    serve,
+    setup_logging,
+)
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
@@ -54,16 +61,34 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", help="data directory (default: the run's or the repo's data/)"
     )
     parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
+    parser.add_argument(
+        "--site-tokens",
+        default=os.environ.get("POWERTRIP_SITE_TOKENS"),
+        help="YAML file of site id -> join token; the tokens of --sites are presented "
+        "(env POWERTRIP_SITE_TOKENS)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
+    try:
+        tokens = load_site_tokens(args.site_tokens) if args.site_tokens else {}
+    except ConfigError as exc:
+        print(f"site_worker: {exc}", file=sys.stderr)
+        return 2
+    sites = parse_sites(args.sites)
+    missing = [s for s in sites if tokens and s not in tokens]
+    if missing:
+        print(f"site_worker: --site-tokens has no token for {', '.join(missing)}", file=sys.stderr)
+        return 2
     config = WorkerConfig(
         aggregator=args.aggregator,
         worker_id=args.worker_id or f"{socket.gethostname()}-{os.getpid()}",
-        site_ids=parse_sites(args.sites),
+        site_ids=sites,
         site_count=args.site_count,
         threads=args.threads,
         data_dir=args.data_dir,
         join_token=args.join_token,
+        site_tokens={s: tokens[s] for s in sites if s in tokens},
+        credentials=channel_credentials(args),
     )
     worker = SiteWorker(config)
     stop = threading.Event()

@@ -14,6 +14,8 @@ class WorkerConfig:
     threads: int = 1
     data_dir: str | None = None
     join_token: str = ""
+    site_tokens: dict[str, str] = field(default_factory=dict)  # per-site join tokens
+    credentials: object = None  # grpc.ChannelCredentials when dialling with mutual TLS
     poll_s: float = 10.0
     register_timeout_s: float = 60.0
     device: str = "cpu"

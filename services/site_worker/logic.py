@@ -50,6 +50,7 @@ class SiteWorker:
             site_count=self.config.site_count,
             device=self.config.device,
             join_token=self.config.join_token,
+            site_tokens=self.config.site_tokens,
         )
         deadline = time.monotonic() + self.config.register_timeout_s
         while True:
@@ -131,7 +132,7 @@ class SiteWorker:
 
     def run(self) -> int:
         """Work until the aggregator says the run is over; return an exit code."""
-        with open_channel(self.config.aggregator) as channel:
+        with open_channel(self.config.aggregator, self.config.credentials) as channel:
             stub = aggregator_pb2_grpc.AggregatorStub(channel)
             reply = self.register(stub)
             self.site_ids = list(reply.site_ids)
