@@ -152,8 +152,7 @@ class SiteWorker:
 
         def messages() -> Iterator[aggregator_pb2.UploadDeltaRequest]:
             yield aggregator_pb2.UploadDeltaRequest(header=header)
-            for chunk in encode_tensors(arrays):
-                yield aggregator_pb2.UploadDeltaRequest(chunk=chunk)
+            yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest)
 
         stub.UploadDelta(messages(), timeout=deadline_for(nbytes))
         self.counters.bytes_up += nbytes

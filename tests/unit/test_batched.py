@@ -76,7 +76,13 @@ def test_femnist_vmap_matches_plain_loop(femnist):
 def test_femnist_channels_last_matches_plain_loop(femnist):
     workload, model, jobs, want = femnist
     got = train_sites(
-        workload, model, jobs, steps=3, lr=0.1, batch_size=20, trainer="loop",
+        workload,
+        model,
+        jobs,
+        steps=3,
+        lr=0.1,
+        batch_size=20,
+        trainer="loop",
         channels_last=True,
     )
     _assert_same_updates(got, want)
@@ -98,7 +104,13 @@ def test_synthetic_vmap_matches_plain_loop_for_any_group_size(site_batch):
     jobs = _jobs(workload, 5, 20, seed=3)
     want = _reference(workload, model, jobs, steps=4, lr=0.05, batch_size=20)
     got = train_sites(
-        workload, model, jobs, steps=4, lr=0.05, batch_size=20, trainer="vmap",
+        workload,
+        model,
+        jobs,
+        steps=4,
+        lr=0.05,
+        batch_size=20,
+        trainer="vmap",
         site_batch=site_batch,
     )
     _assert_same_updates(got, want, rtol=1e-5, atol=1e-7)
