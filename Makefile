@@ -24,8 +24,10 @@ demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 
 test: setup  ## the whole test suite
 	$(BIN)/pytest -q
 
+# Flower's reference needs the bench extra: $(BIN)/pip install -e '.[bench]' (else it is skipped)
+BENCH_ARGS ?=
 bench: setup  ## speed figures as ratios against references measured in the same run (not part of test)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
