@@ -27,8 +27,10 @@ test: setup  ## the whole test suite
 reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/reliability/ (~3 min)
 	POWERTRIP_RELIABILITY=1 $(BIN)/pytest -q -s -m load tests/reliability
 
+# Flower's reference needs the bench extra: $(BIN)/pip install -e '.[bench]' (else it is skipped)
+BENCH_ARGS ?=
 bench: setup  ## speed figures as ratios against references measured in the same run (not part of test)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -31,6 +31,12 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--estimator", choices=("paper", "clock"), help="round-time estimator")
     parser.add_argument("--workers", type=int, help="site-worker processes (default 2)")
+    parser.add_argument(
+        "--trainer",
+        choices=("loop", "vmap"),
+        help="how workers train their sites: one after another (loop, default) or vmap",
+    )
+    parser.add_argument("--site-batch", type=int, help="sites per vmap call (default 1)")
     parser.add_argument("--data-dir", help="data directory for the workload")
     parser.add_argument("--out", default=None, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -116,6 +122,8 @@ def load_config(args: argparse.Namespace) -> RunConfig:
             "power",
             "estimator",
             "workers",
+            "trainer",
+            "site_batch",
             "data_dir",
         )
     }

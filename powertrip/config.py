@@ -14,6 +14,7 @@ CLOCKS = ("simulated", "wall")
 WORK_MODELS = ("local-steps", "data-parallel")
 ESTIMATORS = ("paper", "clock")
 POWER_MODES = ("uniform", "trace")
+TRAINERS = ("loop", "vmap")  # powertrip.batched.TRAINERS
 
 
 class ConfigError(ValueError):
@@ -50,6 +51,11 @@ class RunConfig:
     reference_bandwidth_gbps: float = 10.0  # at 100 miles; bandwidth ~ 1/distance
     workers: int = 2  # site-worker processes in the embedded deployment
     threads_per_worker: int = 1
+    #: how a worker trains its virtual sites: "loop" (one after another) or "vmap"
+    #: (`site_batch` sites per forward/backward); the same math either way (bench/RESULTS.md)
+    trainer: str = "loop"
+    site_batch: int = 1
+    channels_last: bool = True  # NHWC convolutions in the loop trainer (faster on CPU)
     round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
     data_dir: str | None = None
     shadow: bool = True
@@ -161,6 +167,12 @@ class RunConfig:
         need(self.gpus_per_site >= 1, "gpus_per_site", f"must be >= 1, got {self.gpus_per_site}")
         need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
+        need(
+            self.trainer in TRAINERS,
+            "trainer",
+            f"must be one of {', '.join(TRAINERS)}, got {self.trainer!r}",
+        )
+        need(self.site_batch >= 1, "site_batch", f"must be >= 1, got {self.site_batch}")
         need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")
         for key, value in self.policy_params.items():
             need(isinstance(value, int | float), f"policy_params.{key}", "must be a number")

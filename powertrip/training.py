@@ -43,11 +43,18 @@ def train_local(
     lr: float,
     batch_size: int,
     seed: int,
+    channels_last: bool = False,
 ) -> LocalResult:
-    """Run `steps` SGD steps from the model's current weights; return the delta."""
+    """Run `steps` SGD steps from the model's current weights; return the delta.
+
+    `channels_last` runs 4-d inputs and conv weights in NHWC, which oneDNN's CPU convolutions
+    prefer; the math is unchanged (the delta comes back contiguous either way).
+    """
     if len(y) == 0:
         raise ValueError("a site with no training samples cannot train")
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
     torch.manual_seed(seed)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -56,13 +63,17 @@ def train_local(
     total = 0.0
     for ix in batches:
         inputs = workload.inputs(x[ix])
+        if channels_last and inputs.dim() == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         targets = workload.targets(y[ix])
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), targets)
         loss.backward()
         optimizer.step()
         total += float(loss.detach())
-    delta = {k: (v.detach() - start[k]) for k, v in model.state_dict().items()}
+    delta = {k: (v.detach() - start[k]).contiguous() for k, v in model.state_dict().items()}
+    if channels_last:
+        model.to(memory_format=torch.contiguous_format)
     model.load_state_dict(start)
     return LocalResult(delta=delta, num_samples=len(y), mean_loss=total / steps, steps=steps)
 

@@ -9,10 +9,11 @@ rejected with a specific reason before anything is aggregated.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import Message
 
 from powertrip.v1 import common_pb2
 
@@ -51,9 +52,16 @@ def _little_endian_bytes(array: np.ndarray) -> memoryview:
 
 
 def encode_tensors(
-    arrays: Mapping[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[common_pb2.TensorChunk]:
-    """Yield chunks for every tensor in order; an empty tensor still yields one chunk."""
+    arrays: Mapping[str, np.ndarray],
+    chunk_bytes: int = CHUNK_BYTES,
+    into: Callable[[], Message] | None = None,
+) -> Iterator[Message]:
+    """Yield chunks for every tensor in order; an empty tensor still yields one chunk.
+
+    With `into` (a message class with a `chunk` field, e.g. UploadDeltaRequest) each chunk is
+    written straight into a new outer message and that is yielded: wrapping a finished
+    TensorChunk would copy its megabyte of data once more.
+    """
     count = len(arrays)
     for index, (name, array) in enumerate(arrays.items()):
         raw = _little_endian_bytes(array)
@@ -62,16 +70,20 @@ def encode_tensors(
         offsets = range(0, max(len(raw), 1), chunk_bytes)
         for offset in offsets:
             data = bytes(raw[offset : offset + chunk_bytes])
-            yield common_pb2.TensorChunk(
-                name=name,
-                dtype=dtype,
-                shape=shape,
-                offset=offset,
-                data=data,
-                crc32=zlib.crc32(data),
-                tensor_index=index,
-                tensor_count=count,
-            )
+            if into is None:
+                outer = chunk = common_pb2.TensorChunk()
+            else:
+                outer = into()
+                chunk = outer.chunk
+            chunk.name = name
+            chunk.dtype = dtype
+            chunk.shape.extend(shape)
+            chunk.offset = offset
+            chunk.data = data
+            chunk.crc32 = zlib.crc32(data)
+            chunk.tensor_index = index
+            chunk.tensor_count = count
+            yield outer
 
 
 class TensorAssembler:
@@ -93,7 +105,8 @@ class TensorAssembler:
         self.bytes_received = 0
 
     def add(self, chunk: common_pb2.TensorChunk) -> None:
-        self.bytes_received += len(chunk.data)
+        data = chunk.data  # each read of a bytes field copies it: read it once
+        self.bytes_received += len(data)
         if self.expected is not None and chunk.tensor_count != len(self.expected):
             raise TensorStreamError(
                 "tensor_count",
@@ -118,14 +131,14 @@ class TensorAssembler:
                 "offset",
                 f"{spec.name}: chunk at offset {chunk.offset}, expected {self._filled[index]}",
             )
-        end = chunk.offset + len(chunk.data)
+        end = chunk.offset + len(data)
         if end > spec.nbytes:
             raise TensorStreamError("oversized", f"{spec.name}: data runs past {spec.nbytes} bytes")
-        if zlib.crc32(chunk.data) != chunk.crc32:
+        if zlib.crc32(data) != chunk.crc32:
             raise TensorStreamError(
                 "checksum", f"{spec.name}: CRC32 mismatch at offset {chunk.offset}"
             )
-        self._buffers[index][chunk.offset : end] = chunk.data
+        self._buffers[index][chunk.offset : end] = data
         self._filled[index] = end
 
     def _start_tensor(self, chunk: common_pb2.TensorChunk) -> None:

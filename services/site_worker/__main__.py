@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
@@ -11,6 +12,7 @@ import threading
 import grpc
 from prometheus_client import CollectorRegistry
 
+from powertrip.batched import TRAINERS
 from powertrip.config import ConfigError, load_site_tokens
 from powertrip.service import (
     ServiceSpec,
@@ -58,6 +60,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument(
+        "--trainer",
+        choices=TRAINERS,
+        default="loop",
+        help="train virtual sites one after another (loop) or several per call (vmap)",
+    )
+    parser.add_argument(
+        "--site-batch", type=int, default=1, help="sites per forward/backward with --trainer vmap"
+    )
+    parser.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="NHWC convolutions in the loop trainer",
+    )
+    parser.add_argument(
         "--data-dir", help="data directory (default: the run's or the repo's data/)"
     )
     parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
@@ -68,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         "(env POWERTRIP_SITE_TOKENS)",
     )
     args = parser.parse_args(argv)
+    if args.site_batch < 1:
+        parser.error(f"--site-batch must be >= 1, got {args.site_batch}")
     setup_logging(args.log_level, SPEC.name)
     try:
         tokens = load_site_tokens(args.site_tokens) if args.site_tokens else {}
@@ -85,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         site_ids=sites,
         site_count=args.site_count,
         threads=args.threads,
+        trainer=args.trainer,
+        site_batch=args.site_batch,
+        channels_last=args.channels_last,
         data_dir=args.data_dir,
         join_token=args.join_token,
         site_tokens={s: tokens[s] for s in sites if s in tokens},

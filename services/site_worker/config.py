@@ -12,6 +12,9 @@ class WorkerConfig:
     site_ids: list[str] = field(default_factory=list)  # empty: ask for `site_count`
     site_count: int = 1
     threads: int = 1
+    trainer: str = "loop"  # "loop" or "vmap" (powertrip.batched)
+    site_batch: int = 1  # sites per vmap call
+    channels_last: bool = True
     data_dir: str | None = None
     join_token: str = ""
     site_tokens: dict[str, str] = field(default_factory=dict)  # per-site join tokens

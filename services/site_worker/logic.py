@@ -12,10 +12,10 @@ import grpc
 import numpy as np
 import torch
 
+from powertrip.batched import SiteJob, train_sites
 from powertrip.profiles import site_index
 from powertrip.rpc.channels import deadline_for, open_channel
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
-from powertrip.training import train_local
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from powertrip.workloads import get_workload
 from services.site_worker.config import WorkerConfig
@@ -86,25 +86,54 @@ class SiteWorker:
         self.counters.bytes_down += assembler.bytes_received
         return assembler.finish()
 
-    def train(self, task: aggregator_pb2.Task, weights: dict[str, np.ndarray]):
-        self.model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()})
-        if task.data_scope == aggregator_pb2.DATA_SCOPE_POOLED:
-            x, y = self.train_x, self.train_y
-        else:
-            ix = self.site_data[task.site_id]
-            x, y = self.train_x[ix], self.train_y[ix]
+    def train(self, tasks: list, weights: dict[str, np.ndarray]) -> list:
+        """Train tasks that share a model version; [(LocalResult, wall seconds)] in order.
+
+        With the vmap trainer up to `site_batch` sites go through one forward/backward; the
+        wall time of a batched call is split evenly between its sites."""
+        # load_state_dict copies into the parameters, so the received arrays can be used as is
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+        jobs = []
+        for task in tasks:
+            if task.data_scope == aggregator_pb2.DATA_SCOPE_POOLED:
+                x, y = self.train_x, self.train_y
+            else:
+                ix = self.site_data[task.site_id]
+                x, y = self.train_x[ix], self.train_y[ix]
+            jobs.append(SiteJob(x, y, task.seed))
+        first = tasks[0]
         start = time.monotonic()
-        result = train_local(
+        results = train_sites(
             self.workload,
             self.model,
-            x,
-            y,
-            steps=task.local_steps,
-            lr=task.lr,
-            batch_size=task.batch_size,
-            seed=task.seed,
+            jobs,
+            steps=first.local_steps,
+            lr=first.lr,
+            batch_size=first.batch_size,
+            trainer=self.config.trainer,
+            site_batch=self.config.site_batch,
+            channels_last=self.config.channels_last,
         )
-        return result, time.monotonic() - start
+        wall_s = (time.monotonic() - start) / len(tasks)
+        return [(result, wall_s) for result in results]
+
+    def task_groups(self, tasks) -> list[list]:
+        """Consecutive tasks that can share one batched call (same version and settings)."""
+        size = self.config.site_batch if self.config.trainer == "vmap" else 1
+        groups: list[list] = []
+        for task in tasks:
+            key = (task.model_version, task.local_steps, task.lr, task.batch_size)
+            last = groups[-1] if groups else None
+            if (
+                last is not None
+                and len(last) < size
+                and (last[0].model_version, last[0].local_steps, last[0].lr, last[0].batch_size)
+                == key
+            ):
+                last.append(task)
+            else:
+                groups.append([task])
+        return groups
 
     def upload(self, stub, session: str, task, result, wall_s: float) -> None:
         arrays = {k: v.numpy() for k, v in result.delta.items()}
@@ -124,8 +153,7 @@ class SiteWorker:
 
         def messages() -> Iterator[aggregator_pb2.UploadDeltaRequest]:
             yield aggregator_pb2.UploadDeltaRequest(header=header)
-            for chunk in encode_tensors(arrays):
-                yield aggregator_pb2.UploadDeltaRequest(chunk=chunk)
+            yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest)
 
         stub.UploadDelta(messages(), timeout=deadline_for(nbytes))
         self.counters.bytes_up += nbytes
@@ -160,17 +188,17 @@ class SiteWorker:
                     self.counters.state = "done"
                     log.info("run finished; %d task(s) done", self.counters.tasks_done)
                     return 0
-                for task in polled.tasks:
-                    if cached is None or cached[0] != task.model_version:
-                        cached = (
-                            task.model_version,
-                            self.download(stub, session, task.model_version),
-                        )
-                    result, wall_s = self.train(task, cached[1])
-                    try:
-                        self.upload(stub, session, task, result, wall_s)
-                    except grpc.RpcError as exc:
-                        log.warning("upload for %s rejected: %s", task.task_id, exc.details())
-                        continue
-                    self.counters.tasks_done += 1
+                for group in self.task_groups(polled.tasks):
+                    version = group[0].model_version
+                    if cached is None or cached[0] != version:
+                        cached = (version, self.download(stub, session, version))
+                    for task, (result, wall_s) in zip(
+                        group, self.train(group, cached[1]), strict=True
+                    ):
+                        try:
+                            self.upload(stub, session, task, result, wall_s)
+                        except grpc.RpcError as exc:
+                            log.warning("upload for %s rejected: %s", task.task_id, exc.details())
+                            continue
+                        self.counters.tasks_done += 1
         return 0

@@ -99,3 +99,23 @@ def test_unknown_dtype_is_refused():
         tensor_count=1,
     )
     _expect("dtype", [chunk], None)
+
+
+def test_chunks_written_into_an_outer_message_round_trip():
+    """`into` builds UploadDeltaRequests directly (no re-wrapping copy); same chunks."""
+    from powertrip.v1 import aggregator_pb2
+
+    rng = np.random.default_rng(5)
+    arrays = {"w": rng.normal(size=(700, 900)).astype(np.float32), "b": np.arange(3.0)}
+    plain = list(encode_tensors(arrays, chunk_bytes=1 << 18))
+    wrapped = list(
+        encode_tensors(arrays, chunk_bytes=1 << 18, into=aggregator_pb2.UploadDeltaRequest)
+    )
+    assert len(plain) == len(wrapped) > 2
+    assert all(
+        w.WhichOneof("part") == "chunk" and w.chunk == p
+        for w, p in zip(wrapped, plain, strict=True)
+    )
+    out = decode_tensors((w.chunk for w in wrapped), layout_of(arrays))
+    for key, value in arrays.items():
+        assert np.array_equal(out[key], value)
