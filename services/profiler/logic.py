@@ -19,6 +19,22 @@ class SiteTelemetry:
     energy_j: float = 0.0
 
 
+@dataclass(frozen=True)
+class Measured:
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    rtt_s: float
+    probe_bytes: int
+
+
+class ClaimError(Exception):
+    """A site cannot be claimed; `reason` is "invalid", "taken" or "exhausted"."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass
 class ProfileBook:
     """Thread-safe store of sites and their latest telemetry."""
@@ -26,6 +42,8 @@ class ProfileBook:
     config: ProfilerConfig
     sites: list[Site] = field(init=False)
     telemetry: dict[str, SiteTelemetry] = field(default_factory=dict)
+    measured: dict[str, Measured] = field(default_factory=dict)
+    claims: dict[str, str] = field(default_factory=dict)  # site_id -> worker_id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -38,6 +56,45 @@ class ProfileBook:
             self.traces = assign_traces(
                 domains, population.num_sites, population.seed, population.gpus_per_site
             )
+
+    def link(self, site: Site) -> tuple[float, float]:
+        """(latency_s, bandwidth_bytes_per_s) of the emulated link: the profile x the scales."""
+        return (
+            site.latency_s * self.config.latency_scale,
+            site.bandwidth_bytes_per_s * self.config.bandwidth_scale,
+        )
+
+    def claim(self, worker_id: str, site_id: str = "") -> Site:
+        """Give `worker_id` the site it names, or the lowest unclaimed one; idempotent, so a
+        restarted worker gets its site back."""
+        if not worker_id:
+            raise ClaimError("invalid", "worker_id is required")
+        with self._lock:
+            if site_id:
+                if site_id not in self._by_id:
+                    raise ClaimError("invalid", f"unknown site id: {site_id}")
+                holder = self.claims.get(site_id)
+                if holder not in (None, worker_id):
+                    raise ClaimError("taken", f"{site_id} is already claimed by worker {holder}")
+            else:
+                mine = [s for s, w in self.claims.items() if w == worker_id]
+                free = [s.site_id for s in self.sites if s.site_id not in self.claims]
+                if mine:
+                    site_id = mine[0]
+                elif free:
+                    site_id = free[0]
+                else:
+                    raise ClaimError(
+                        "exhausted",
+                        f"all {len(self.sites)} sites are claimed; run as many site workers "
+                        "as the run has sites",
+                    )
+            self.claims[site_id] = worker_id
+            return self._by_id[site_id]
+
+    def set_measured(self, site_id: str, measured: Measured) -> None:
+        with self._lock:
+            self.measured[site_id] = measured
 
     def power_at(self, site: Site, at_s: float) -> float:
         """Uniform mode draws p_i once (paper §5.1); trace mode replays spare power at t."""

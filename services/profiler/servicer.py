@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from powertrip.linkprobe import ProbeError, measure
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
-from services.profiler.logic import ProfileBook, SiteTelemetry
+from services.profiler.logic import ClaimError, Measured, ProfileBook, SiteTelemetry
 
 SERVICE_NAME = profiler_pb2.DESCRIPTOR.services_by_name["Profiler"].full_name
+log = logging.getLogger("profiler")
 
 
 class ProfilerMetrics:
@@ -40,9 +45,31 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def __init__(self, book: ProfileBook, metrics: ProfilerMetrics):
         self.book = book
         self.metrics = metrics
+        # one probe at a time: concurrent probes would share CPU and links and read low
+        self._probe_lock = threading.Lock()
         for site in book.sites:
-            metrics.latency.labels(site.site_id, "configured").set(site.latency_s)
-            metrics.bandwidth.labels(site.site_id, "configured").set(site.bandwidth_bytes_per_s)
+            latency, bandwidth = book.link(site)
+            metrics.latency.labels(site.site_id, "configured").set(latency)
+            metrics.bandwidth.labels(site.site_id, "configured").set(bandwidth)
+
+    def _profile(self, site, at_s: float) -> common_pb2.SiteProfile:
+        power = self.book.power_at(site, at_s)
+        self.metrics.power.labels(site.site_id).set(power)
+        latency, bandwidth = self.book.link(site)
+        measured = self.book.measured.get(site.site_id)
+        return common_pb2.SiteProfile(
+            site_id=site.site_id,
+            power_fraction=power,
+            distance_miles=site.distance_miles,
+            latency_s=latency,
+            bandwidth_bytes_per_s=bandwidth,
+            measured_latency_s=measured.latency_s if measured else 0.0,
+            measured_bandwidth_bytes_per_s=measured.bandwidth_bytes_per_s if measured else 0.0,
+            gpus_available=site.gpus_available,
+            gpus_effective=self.book.gpus_at(site, at_s),
+            power_source=self.book.config.power,
+            alive=True,
+        )
 
     def GetProfiles(self, request, context):
         try:
@@ -51,24 +78,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         if request.at_s < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "at_s must be >= 0")
-        profiles = []
-        for site in sites:
-            power = self.book.power_at(site, request.at_s)
-            self.metrics.power.labels(site.site_id).set(power)
-            gpus = self.book.gpus_at(site, request.at_s)
-            profiles.append(
-                common_pb2.SiteProfile(
-                    site_id=site.site_id,
-                    power_fraction=power,
-                    distance_miles=site.distance_miles,
-                    latency_s=site.latency_s,
-                    bandwidth_bytes_per_s=site.bandwidth_bytes_per_s,
-                    gpus_available=site.gpus_available,
-                    gpus_effective=gpus,
-                    power_source=self.book.config.power,
-                    alive=True,
-                )
-            )
+        profiles = [self._profile(site, request.at_s) for site in sites]
         return profiler_pb2.GetProfilesResponse(
             sites=profiles, power_mode=self.book.config.power, seed=self.book.config.population.seed
         )
@@ -90,3 +100,52 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         if update.energy_j:
             self.metrics.energy.labels(request.site_id).inc(update.energy_j)
         return profiler_pb2.TelemetryAck(ok=True)
+
+    def ClaimSite(self, request, context):
+        try:
+            site = self.book.claim(request.worker_id, request.site_id)
+        except ClaimError as exc:
+            code = {
+                "taken": grpc.StatusCode.ALREADY_EXISTS,
+                "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
+            }.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+            context.abort(code, str(exc))
+        log.info("worker %s claimed %s", request.worker_id, site.site_id)
+        return profiler_pb2.ClaimSiteResponse(
+            site=self._profile(site, 0.0),
+            latency_scale=self.book.config.latency_scale,
+            bandwidth_scale=self.book.config.bandwidth_scale,
+        )
+
+    def MeasureLink(self, request, context):
+        """Probe the site's echo through its shaped path: RTT and throughput, then publish."""
+        try:
+            (site,) = self.book.lookup([request.site_id])
+        except (KeyError, ValueError):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown site id: {request.site_id!r}")
+        if not request.probe_address:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_address is required")
+        _latency, bandwidth = self.book.link(site)
+        with self._probe_lock:
+            try:
+                m = measure(request.probe_address, expected_bandwidth_bytes_per_s=bandwidth)
+            except ProbeError as exc:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        measured = Measured(m.latency_s, m.bandwidth_bytes_per_s, m.rtt_s, m.probe_bytes)
+        self.book.set_measured(site.site_id, measured)
+        self.metrics.latency.labels(site.site_id, "measured").set(measured.latency_s)
+        self.metrics.bandwidth.labels(site.site_id, "measured").set(measured.bandwidth_bytes_per_s)
+        log.info(
+            "%s link measured via %s: one-way %.1f ms (configured %.1f), %.2f MB/s "
+            "(configured %.2f), probe %d bytes",
+            site.site_id,
+            request.probe_address,
+            measured.latency_s * 1e3,
+            _latency * 1e3,
+            measured.bandwidth_bytes_per_s / 1e6,
+            bandwidth / 1e6,
+            m.probe_bytes,
+        )
+        return profiler_pb2.MeasureLinkResponse(
+            site=self._profile(site, 0.0), rtt_s=m.rtt_s, probe_bytes=m.probe_bytes
+        )

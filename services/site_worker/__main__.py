@@ -15,6 +15,7 @@ from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
+from services.site_worker.link import LinkError, setup_link
 from services.site_worker.logic import SiteWorker
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
 
@@ -54,11 +55,50 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", help="data directory (default: the run's or the repo's data/)"
     )
     parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
+    parser.add_argument(
+        "--shape-link",
+        action="store_true",
+        default=os.environ.get("POWERTRIP_SHAPE_LINK", "") not in ("", "0", "false"),
+        help="claim a site from the profiler and shape this host's link to its profile "
+        "with tc/ before registering; needs NET_ADMIN (env POWERTRIP_SHAPE_LINK=1)",
+    )
+    parser.add_argument(
+        "--profiler",
+        default=os.environ.get("POWERTRIP_PROFILER", "localhost:50052"),
+        help="profiler host:port, for --shape-link (env POWERTRIP_PROFILER)",
+    )
+    parser.add_argument(
+        "--link-iface",
+        default=os.environ.get("POWERTRIP_LINK_IFACE") or None,
+        help="interface to shape (default: the default route's)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    link = None
+    if args.shape_link:
+        sites = parse_sites(args.sites)
+        if len(sites) > 1:
+            print(
+                "site_worker: --shape-link shapes one link: give at most one --sites",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            link = setup_link(
+                args.profiler,
+                args.aggregator,
+                worker_id,
+                sites[0] if sites else "",
+                args.link_iface,
+            )
+        except LinkError as exc:
+            print(f"site_worker: link: {exc}", file=sys.stderr)
+            return 2
+        args.aggregator, args.sites = link.aggregator, link.site_id
     config = WorkerConfig(
         aggregator=args.aggregator,
-        worker_id=args.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        worker_id=worker_id,
         site_ids=parse_sites(args.sites),
         site_count=args.site_count,
         threads=args.threads,
@@ -100,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         stop_event=stop,
     )
     worker.stop()
+    if link:
+        link.close()
     return code or outcome["code"]
 
 
