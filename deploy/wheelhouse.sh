@@ -17,6 +17,12 @@ PYVER=${PYVER:-$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 PIP=${PIP:-python3 -m pip}
 EXTRAS=${POWERTRIP_TRAINER_EXTRAS:-}
 KEY=$(cat "$HERE/requirements-services.txt" "$HERE/requirements-trainer.txt" | sha256sum | cut -c1-16)-py$PYVER-${EXTRAS// /_}-${POWERTRIP_TORCH_INDEX:-}
+# Prometheus for its image: Debian's package, fetched by apt on the host
+DEBS=$HERE/prometheus/debs
+if ! ls "$DEBS"/prometheus_*.deb >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+  (cd "$DEBS" && apt-get download prometheus >/dev/null 2>&1) \
+    || echo "wheelhouse: apt-get download prometheus failed; its image build will use apt" >&2
+fi
 if [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$KEY" ]]; then
   echo "wheelhouse: up to date in $OUT (python $PYVER)"
   exit 0

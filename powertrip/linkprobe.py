@@ -12,9 +12,13 @@ Anything else closes the connection.  Nothing received is ever interpreted beyon
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 import socketserver
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -87,11 +91,40 @@ class ProbeServer:
         self._server.server_close()
 
 
+class ProbeProcess:
+    """`ProbeServer` in its own process: a worker busy training (and holding its GIL)
+    would otherwise add its own scheduling delays to every echo."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0):
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "powertrip.linkprobe", "--host", host, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        line = self._proc.stdout.readline()  # "probe listening on HOST:PORT"
+        if not line.startswith("probe listening on "):
+            self._proc.kill()
+            err = self._proc.stderr.read().strip().splitlines()[-1:] if self._proc.stderr else ""
+            raise ProbeError(f"probe server did not start on {host}:{port}: {err}")
+        self.host = host
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+
 @dataclass(frozen=True)
 class LinkMeasurement:
     rtt_s: float  # minimum RTT over the pings: propagation plus the path's fixed cost
     rtt_median_s: float
-    bandwidth_bytes_per_s: float  # best of the bulk probes, first byte to last
+    bandwidth_bytes_per_s: float  # best of the bulk probes, over their last 3/4
     probe_bytes: int
 
     @property
@@ -100,7 +133,7 @@ class LinkMeasurement:
         return self.rtt_s / 2
 
 
-def probe_size(expected_bandwidth_bytes_per_s: float | None, seconds: float = 0.75) -> int:
+def probe_size(expected_bandwidth_bytes_per_s: float | None, seconds: float = 1.0) -> int:
     """Bulk probe size: about `seconds` of the expected rate, clamped to [256 KiB, 64 MiB]."""
     if not expected_bandwidth_bytes_per_s or expected_bandwidth_bytes_per_s <= 0:
         return 4 * 1024 * 1024
@@ -109,7 +142,7 @@ def probe_size(expected_bandwidth_bytes_per_s: float | None, seconds: float = 0.
 
 
 def throughput(nbytes_after_first: int, t_first: float, t_last: float) -> float:
-    """Bytes/s between the first and the last byte, so the RTT does not count."""
+    """Bytes/s over an interval of the transfer that starts after its first bytes."""
     if t_last <= t_first:
         raise ValueError("throughput needs t_last > t_first")
     return nbytes_after_first / (t_last - t_first)
@@ -125,11 +158,14 @@ def _parse(address: str) -> tuple[str, int]:
 def measure(
     address: str,
     expected_bandwidth_bytes_per_s: float | None = None,
-    pings: int = 12,
+    pings: int = 20,
     bulk_probes: int = 2,
     timeout_s: float = 30.0,
 ) -> LinkMeasurement:
-    """RTT (min of `pings` after one warm-up) and throughput (best of `bulk_probes`)."""
+    """RTT (min of `pings` after one warm-up) and throughput (best of `bulk_probes`).
+
+    Throughput is what the site can send (its egress is the shaped direction).
+    """
     host, port = _parse(address)
     size = probe_size(expected_bandwidth_bytes_per_s)
     try:
@@ -144,20 +180,21 @@ def measure(
                     raise ProbeError(f"probe {address}: ping echo does not match")
                 if i:  # the first one also pays for the relay's connection to the site
                     rtts.append(time.perf_counter() - t0)
+                    time.sleep(0.005)  # spread the pings: the minimum is the one that counts
             rates = []
             for _ in range(bulk_probes):
                 sock.sendall(b"B" + size.to_bytes(7, "big"))
-                first = sock.recv(CHUNK)
-                if not first:
-                    raise ProbeError(f"probe {address}: connection closed during bulk probe")
-                t_first = time.perf_counter()
-                got = len(first)
+                # Time only the last three quarters: the first bytes ride the qdisc's burst
+                # allowance and the RTT, and would read faster or slower than the link.
+                mark_at, got, t_mark = size // 4, 0, None
                 while got < size:
                     part = sock.recv(min(CHUNK, size - got))
                     if not part:
                         raise ProbeError(f"probe {address}: closed after {got} of {size} bytes")
                     got += len(part)
-                rates.append(throughput(size - len(first), t_first, time.perf_counter()))
+                    if t_mark is None and got >= mark_at:
+                        t_mark, b_mark = time.perf_counter(), got
+                rates.append(throughput(size - b_mark, t_mark, time.perf_counter()))
     except ProbeError:
         raise
     except (OSError, ConnectionError, ValueError) as exc:
@@ -168,3 +205,26 @@ def measure(
         bandwidth_bytes_per_s=max(rates),
         probe_bytes=size,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m powertrip.linkprobe --host H --port P`: serve probes until killed."""
+    parser = argparse.ArgumentParser(prog="python -m powertrip.linkprobe")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        server = _Server((args.host, args.port), _Handler)
+    except OSError as exc:
+        print(f"probe server cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"probe listening on {args.host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

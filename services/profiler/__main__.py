@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         default=float(os.environ.get("POWERTRIP_LINK_BANDWIDTH_SCALE", 1.0)),
         help="emulated bandwidth = profile x this (env POWERTRIP_LINK_BANDWIDTH_SCALE)",
     )
+    parser.add_argument(
+        "--probe-interval-s",
+        type=float,
+        default=float(os.environ.get("POWERTRIP_PROBE_INTERVAL_S", 0)),
+        help="re-probe each measured site's link this often; 0 = only when a worker asks "
+        "(env POWERTRIP_PROBE_INTERVAL_S)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
     try:
@@ -46,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profiler: {exc}", file=sys.stderr)
         return 2
     registry = CollectorRegistry()
-    servicer = ProfilerServicer(book, ProfilerMetrics(registry))
+    servicer = ProfilerServicer(book, ProfilerMetrics(registry), args.probe_interval_s)
     return serve(
         SPEC,
         args,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 from powertrip.power import DEFAULT_TRACE, assign_traces, load_domains
@@ -27,6 +28,21 @@ class Measured:
     probe_bytes: int
 
 
+def combine(samples: list[Measured]) -> Measured:
+    """The link estimate from a window of probes: minimum RTT (queueing and scheduling only
+    ever add delay) and maximum throughput (contention only ever takes it away); the probe
+    skips its first quarter, so qdisc bursts do not inflate the maximum."""
+    if not samples:
+        raise ValueError("combine needs at least one sample")
+    fastest = min(samples, key=lambda m: m.rtt_s)
+    return Measured(
+        latency_s=fastest.rtt_s / 2,
+        bandwidth_bytes_per_s=max(m.bandwidth_bytes_per_s for m in samples),
+        rtt_s=fastest.rtt_s,
+        probe_bytes=max(m.probe_bytes for m in samples),
+    )
+
+
 class ClaimError(Exception):
     """A site cannot be claimed; `reason` is "invalid", "taken" or "exhausted"."""
 
@@ -43,6 +59,8 @@ class ProfileBook:
     sites: list[Site] = field(init=False)
     telemetry: dict[str, SiteTelemetry] = field(default_factory=dict)
     measured: dict[str, Measured] = field(default_factory=dict)
+    samples: dict[str, deque] = field(default_factory=dict)
+    window: int = 6  # probes per site the estimate is made from
     claims: dict[str, str] = field(default_factory=dict)  # site_id -> worker_id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,9 +110,13 @@ class ProfileBook:
             self.claims[site_id] = worker_id
             return self._by_id[site_id]
 
-    def set_measured(self, site_id: str, measured: Measured) -> None:
+    def add_sample(self, site_id: str, sample: Measured) -> Measured:
+        """Record one probe of a site; returns the site's estimate over its window."""
         with self._lock:
-            self.measured[site_id] = measured
+            window = self.samples.setdefault(site_id, deque(maxlen=self.window))
+            window.append(sample)
+            self.measured[site_id] = combine(list(window))
+            return self.measured[site_id]
 
     def power_at(self, site: Site, at_s: float) -> float:
         """Uniform mode draws p_i once (paper §5.1); trace mode replays spare power at t."""

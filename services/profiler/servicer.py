@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -42,9 +43,14 @@ class ProfilerMetrics:
 
 
 class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
-    def __init__(self, book: ProfileBook, metrics: ProfilerMetrics):
+    def __init__(self, book: ProfileBook, metrics: ProfilerMetrics, probe_interval_s: float = 0):
         self.book = book
         self.metrics = metrics
+        self.probe_interval_s = probe_interval_s
+        self._probe_addresses: dict[str, str] = {}  # site_id -> probe address
+        self._probe_failures: dict[str, int] = {}
+        if probe_interval_s > 0:
+            threading.Thread(target=self._reprobe_loop, name="reprobe", daemon=True).start()
         # one probe at a time: concurrent probes would share CPU and links and read low
         self._probe_lock = threading.Lock()
         for site in book.sites:
@@ -125,27 +131,52 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown site id: {request.site_id!r}")
         if not request.probe_address:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_address is required")
-        _latency, bandwidth = self.book.link(site)
-        with self._probe_lock:
-            try:
-                m = measure(request.probe_address, expected_bandwidth_bytes_per_s=bandwidth)
-            except ProbeError as exc:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        measured = Measured(m.latency_s, m.bandwidth_bytes_per_s, m.rtt_s, m.probe_bytes)
-        self.book.set_measured(site.site_id, measured)
-        self.metrics.latency.labels(site.site_id, "measured").set(measured.latency_s)
-        self.metrics.bandwidth.labels(site.site_id, "measured").set(measured.bandwidth_bytes_per_s)
+        try:
+            measured, sample = self._probe(site, request.probe_address)
+        except ProbeError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self._probe_addresses[site.site_id] = request.probe_address
+        self._probe_failures[site.site_id] = 0
+        latency, bandwidth = self.book.link(site)
         log.info(
             "%s link measured via %s: one-way %.1f ms (configured %.1f), %.2f MB/s "
             "(configured %.2f), probe %d bytes",
             site.site_id,
             request.probe_address,
             measured.latency_s * 1e3,
-            _latency * 1e3,
+            latency * 1e3,
             measured.bandwidth_bytes_per_s / 1e6,
             bandwidth / 1e6,
-            m.probe_bytes,
+            sample.probe_bytes,
         )
         return profiler_pb2.MeasureLinkResponse(
-            site=self._profile(site, 0.0), rtt_s=m.rtt_s, probe_bytes=m.probe_bytes
+            site=self._profile(site, 0.0), rtt_s=sample.rtt_s, probe_bytes=sample.probe_bytes
         )
+
+    def _probe(self, site, address: str) -> tuple[Measured, Measured]:
+        """One probe of a site; returns (the site's estimate over its window, this probe)."""
+        _latency, bandwidth = self.book.link(site)
+        with self._probe_lock:
+            m = measure(address, expected_bandwidth_bytes_per_s=bandwidth)
+        sample = Measured(m.latency_s, m.bandwidth_bytes_per_s, m.rtt_s, m.probe_bytes)
+        measured = self.book.add_sample(site.site_id, sample)
+        self.metrics.latency.labels(site.site_id, "measured").set(measured.latency_s)
+        self.metrics.bandwidth.labels(site.site_id, "measured").set(measured.bandwidth_bytes_per_s)
+        return measured, sample
+
+    def _reprobe_loop(self) -> None:
+        """Probe every known site again each interval; a site whose probe fails 3 times in a
+        row (its worker has gone) keeps its last estimate and is no longer probed."""
+        while True:
+            time.sleep(self.probe_interval_s)
+            for site_id, address in list(self._probe_addresses.items()):
+                (site,) = self.book.lookup([site_id])
+                try:
+                    measured, _ = self._probe(site, address)
+                    self._probe_failures[site_id] = 0
+                    log.debug("%s re-probed: rtt %.2f ms", site_id, measured.rtt_s * 1e3)
+                except ProbeError as exc:
+                    self._probe_failures[site_id] = self._probe_failures.get(site_id, 0) + 1
+                    if self._probe_failures[site_id] >= 3:
+                        log.info("%s: probe failing (%s); no longer probed", site_id, exc)
+                        self._probe_addresses.pop(site_id, None)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from powertrip.linkprobe import ProbeError, ProbeServer
+from powertrip.linkprobe import ProbeError, ProbeProcess
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 
@@ -44,7 +44,7 @@ class LinkSetup:
     bandwidth_bytes_per_s: float
     measured_latency_s: float = 0.0
     measured_bandwidth_bytes_per_s: float = 0.0
-    probe: ProbeServer | None = field(default=None, repr=False)
+    probe: ProbeProcess | None = field(default=None, repr=False)
 
     def close(self, state_dir=None) -> None:
         """Stop the probe and remove the shaping (the relay with it)."""
@@ -122,7 +122,7 @@ def setup_link(
     delay_ms, rate_mbit = shaping_arguments(profile.latency_s, profile.bandwidth_bytes_per_s)
     iface = iface or default_iface()
     try:
-        probe = ProbeServer("127.0.0.1", 0)
+        probe = ProbeProcess("127.0.0.1", 0)
     except ProbeError as exc:
         raise LinkError(str(exc)) from exc
     try:

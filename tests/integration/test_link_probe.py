@@ -17,6 +17,7 @@ from powertrip.linkprobe import (
     MAX_BULK_BYTES,
     MIN_BULK_BYTES,
     ProbeError,
+    ProbeProcess,
     ProbeServer,
     measure,
     probe_size,
@@ -26,6 +27,7 @@ from powertrip.profiles import generate_population
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
+from services.profiler.logic import Measured, combine
 from services.site_worker.link import LinkError, shaping_arguments
 
 
@@ -49,7 +51,7 @@ def test_measure_loopback_probe_server():
     assert m.latency_s == pytest.approx(m.rtt_s / 2)
     # loopback moves far more than 10 MB/s even on a loaded 2-core machine
     assert m.bandwidth_bytes_per_s > 10e6
-    assert m.probe_bytes == 3_000_000
+    assert m.probe_bytes == 4_000_000
 
 
 def test_measure_reports_an_unreachable_probe():
@@ -60,6 +62,25 @@ def test_measure_reports_an_unreachable_probe():
         measure(f"127.0.0.1:{port}", timeout_s=2)
     with pytest.raises(ProbeError, match="host:port"):
         measure("no-port-here")
+
+
+def test_link_estimate_is_min_rtt_and_max_throughput():
+    samples = [Measured(0.0, 9e6, 0.030, 1), Measured(0.0, 10e6, 0.052, 2)]
+    estimate = combine(samples)
+    assert estimate.rtt_s == 0.030 and estimate.latency_s == 0.015
+    assert estimate.bandwidth_bytes_per_s == 10e6 and estimate.probe_bytes == 2
+    with pytest.raises(ValueError):
+        combine([])
+
+
+def test_probe_process_serves_until_closed():
+    probe = ProbeProcess("127.0.0.1", 0)
+    try:
+        assert measure(f"127.0.0.1:{probe.port}", 4e6, pings=3).rtt_s < 0.5
+    finally:
+        probe.close()
+    with pytest.raises(ProbeError):
+        measure(f"127.0.0.1:{probe.port}", timeout_s=2)
 
 
 def test_profiles_that_tc_cannot_apply_are_refused():
