@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -31,7 +32,8 @@ DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "powertrip.json"
 SITES = 3
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
+# generous: a cold build (base, wheelhouse, images) on a loaded 2-core machine
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def _docker_problem() -> str | None:
@@ -109,6 +111,7 @@ def stack(tmp_path_factory):
         POWERTRIP_BASE_IMAGE=base,
         BASE_IMAGE=base,
         POWERTRIP_TAG="e2e",
+        PIP=f"{sys.executable} -m pip",
         POWERTRIP_SITES=str(SITES),
         POWERTRIP_WORKLOAD="synthetic",
         POWERTRIP_POLICY="powertrip",
@@ -275,7 +278,4 @@ def test_site_worker_without_net_admin_fails_loudly(stack):
     assert "site_worker: link: cannot shape eth0" in done.stderr, done.stderr[-2000:]
     assert "NET_ADMIN" in done.stderr, done.stderr[-2000:]
     assert "listening on port" not in done.stdout  # it never served, never registered
-
-    done = worker("--sites=site-000", "--worker-id=someone-else")
-    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    assert "site_worker: link:" in done.stderr and "already claimed" in done.stderr
+    # (a site claimed by another worker is refused by name: tests/integration/test_link_probe)
