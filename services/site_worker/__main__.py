@@ -18,6 +18,7 @@ from services.site_worker.config import WorkerConfig
 from services.site_worker.link import LinkError, setup_link
 from services.site_worker.logic import SiteWorker
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
+from services.site_worker.telemetry import start_power_reporting
 
 SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
 log = logging.getLogger("site_worker")
@@ -72,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("POWERTRIP_LINK_IFACE") or None,
         help="interface to shape (default: the default route's)",
     )
+    parser.add_argument(
+        "--report-power",
+        action="store_true",
+        default=os.environ.get("POWERTRIP_REPORT_POWER", "") not in ("", "0", "false"),
+        help="report GPU power from NVML to --profiler as the site's telemetry (one site; "
+        "always on with --shape-link; env POWERTRIP_REPORT_POWER=1)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -96,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"site_worker: link: {exc}", file=sys.stderr)
             return 2
         args.aggregator, args.sites = link.aggregator, link.site_id
+    reporter = None
+    if args.shape_link or args.report_power:
+        sites = parse_sites(args.sites)
+        if len(sites) != 1:
+            print("site_worker: --report-power needs exactly one --sites", file=sys.stderr)
+            return 2
+        reporter = start_power_reporting(args.profiler, sites[0], worker_id)
     config = WorkerConfig(
         aggregator=args.aggregator,
         worker_id=worker_id,
@@ -140,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         stop_event=stop,
     )
     worker.stop()
+    if reporter:
+        reporter.stop()
     if link:
         link.close()
     return code or outcome["code"]

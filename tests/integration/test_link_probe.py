@@ -196,3 +196,22 @@ def test_bad_scale_is_refused(service_factory, tmp_path):
     )
     assert done.returncode == 2
     assert "bandwidth_scale must be > 0" in done.stderr
+
+
+def test_power_telemetry_degrades_cleanly_without_a_gpu(caplog):
+    """No GPU (and no nvidia-ml-py) here: no reader, one reason, no exception."""
+    from services.site_worker.telemetry import (
+        GpuPower,
+        PowerReading,
+        energy_delta,
+        start_power_reporting,
+    )
+
+    reader, why = GpuPower.open()
+    assert reader is None and why  # this machine has no GPU
+    with caplog.at_level("INFO", logger="site_worker"):
+        assert start_power_reporting("127.0.0.1:1", "site-000", "w") is None
+    assert "no GPU power telemetry" in caplog.text
+    # energy: the counter's difference when both readings have it, else power x time
+    assert energy_delta(PowerReading(300, 1000.0), PowerReading(310, 1450.0), 5) == 450.0
+    assert energy_delta(None, PowerReading(300, None), 5) == 1500.0
