@@ -8,6 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,3 +69,33 @@ def test_dashboard_queries_only_metrics_the_services_define():
         "rejected",
     ):
         assert topic in titles, topic
+
+
+def _entrypoint():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("entrypoint", DEPLOY / "entrypoint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_entrypoint_builds_the_run_config_from_the_environment():
+    from powertrip.config import ConfigError
+
+    entry = _entrypoint()
+    config = entry.run_config(
+        {
+            "POWERTRIP_RUN_WORKLOAD": "synthetic",
+            "POWERTRIP_RUN_NUM_SITES": "3",
+            "POWERTRIP_RUN_CLOCK": "wall",
+            "POWERTRIP_RUN_TARGET_ACCURACY": "",  # empty: leave the default
+            "POWERTRIP_RUN_MAX_DISTANCE_MILES": "4000",
+        }
+    )
+    assert (config.workload, config.num_sites, config.clock) == ("synthetic", 3, "wall")
+    assert config.target_accuracy is None and config.max_distance_miles == 4000.0
+    with pytest.raises(ConfigError, match="POWERTRIP_RUN_NUM_SITE"):
+        entry.run_config({"POWERTRIP_RUN_NUM_SITE": "3"})  # misspelt: named, not ignored
+    with pytest.raises(ConfigError, match="clock"):
+        entry.run_config({"POWERTRIP_RUN_CLOCK": "sundial"})
