@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,15 +30,15 @@ class Measured:
 
 
 def combine(samples: list[Measured]) -> Measured:
-    """The link estimate from a window of probes: minimum RTT (queueing and scheduling only
-    ever add delay) and maximum throughput (contention only ever takes it away); the probe
-    skips its first quarter, so qdisc bursts do not inflate the maximum."""
+    """The link estimate from a window of probes: the minimum RTT (queueing and a busy CPU
+    only ever add delay) and the median throughput (a stalled sender or receiver can make
+    one probe read low, or high when it catches up from buffers, so neither extreme)."""
     if not samples:
         raise ValueError("combine needs at least one sample")
     fastest = min(samples, key=lambda m: m.rtt_s)
     return Measured(
         latency_s=fastest.rtt_s / 2,
-        bandwidth_bytes_per_s=max(m.bandwidth_bytes_per_s for m in samples),
+        bandwidth_bytes_per_s=statistics.median(m.bandwidth_bytes_per_s for m in samples),
         rtt_s=fastest.rtt_s,
         probe_bytes=max(m.probe_bytes for m in samples),
     )

@@ -192,7 +192,7 @@ def test_compose_stack_runs_shaped_and_observed(stack):
     print("targets:", jobs)
 
     # measured links agree with the configured (scaled) profiles, site by site.  The
-    # profiler re-probes every 5 s and keeps min RTT / max throughput of its last 6 probes,
+    # profiler re-probes every 5 s and keeps min RTT / median throughput of its last 6 probes,
     # so a probe that met a busy CPU is replaced; wait for the estimate, not the first probe.
     def links(metric):
         got = {}

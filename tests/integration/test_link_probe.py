@@ -64,8 +64,12 @@ def test_measure_reports_an_unreachable_probe():
         measure("no-port-here")
 
 
-def test_link_estimate_is_min_rtt_and_max_throughput():
-    samples = [Measured(0.0, 9e6, 0.030, 1), Measured(0.0, 10e6, 0.052, 2)]
+def test_link_estimate_is_min_rtt_and_median_throughput():
+    samples = [
+        Measured(0.0, 9e6, 0.030, 1),
+        Measured(0.0, 14e6, 0.052, 2),
+        Measured(0.0, 10e6, 0.041, 2),
+    ]
     estimate = combine(samples)
     assert estimate.rtt_s == 0.030 and estimate.latency_s == 0.015
     assert estimate.bandwidth_bytes_per_s == 10e6 and estimate.probe_bytes == 2
