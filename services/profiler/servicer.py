@@ -153,11 +153,11 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             site=self._profile(site, 0.0), rtt_s=sample.rtt_s, probe_bytes=sample.probe_bytes
         )
 
-    def _probe(self, site, address: str) -> tuple[Measured, Measured]:
+    def _probe(self, site, address: str, bulk_probes: int = 2) -> tuple[Measured, Measured]:
         """One probe of a site; returns (the site's estimate over its window, this probe)."""
         _latency, bandwidth = self.book.link(site)
         with self._probe_lock:
-            m = measure(address, expected_bandwidth_bytes_per_s=bandwidth)
+            m = measure(address, bandwidth, bulk_probes=bulk_probes)
         sample = Measured(m.latency_s, m.bandwidth_bytes_per_s, m.rtt_s, m.probe_bytes)
         measured = self.book.add_sample(site.site_id, sample)
         self.metrics.latency.labels(site.site_id, "measured").set(measured.latency_s)
@@ -166,13 +166,15 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
 
     def _reprobe_loop(self) -> None:
         """Probe every known site again each interval; a site whose probe fails 3 times in a
-        row (its worker has gone) keeps its last estimate and is no longer probed."""
+        row (its worker has gone) keeps its last estimate and is no longer probed.  One bulk
+        transfer (about 1 s of the link) per re-probe: the probe shares the link the site
+        uploads its deltas on."""
         while True:
             time.sleep(self.probe_interval_s)
             for site_id, address in list(self._probe_addresses.items()):
                 (site,) = self.book.lookup([site_id])
                 try:
-                    measured, _ = self._probe(site, address)
+                    measured, _ = self._probe(site, address, bulk_probes=1)
                     self._probe_failures[site_id] = 0
                     log.debug("%s re-probed: rtt %.2f ms", site_id, measured.rtt_s * 1e3)
                 except ProbeError as exc:

@@ -219,3 +219,37 @@ def test_power_telemetry_degrades_cleanly_without_a_gpu(caplog):
     # energy: the counter's difference when both readings have it, else power x time
     assert energy_delta(PowerReading(300, 1000.0), PowerReading(310, 1450.0), 5) == 450.0
     assert energy_delta(None, PowerReading(300, None), 5) == 1500.0
+
+
+def test_profiler_reprobes_and_stops_when_the_site_goes(service_factory, tmp_path):
+    import time
+
+    config = RunConfig(workload="synthetic", num_sites=2, seed=5)
+    path = tmp_path / "run.yaml"
+    config.write_yaml(path)
+    service = service_factory(
+        "profiler", "--config", str(path), "--probe-interval-s", "0.5", "--log-level", "DEBUG"
+    )
+    server = ProbeServer("127.0.0.1", 0)
+    with open_channel(service.target) as channel:
+        stub = profiler_pb2_grpc.ProfilerStub(channel)
+        stub.MeasureLink(
+            profiler_pb2.MeasureLinkRequest(
+                site_id="site-000", probe_address=f"127.0.0.1:{server.port}"
+            ),
+            timeout=60,
+        )
+        log = tmp_path / "logs" / "profiler.log"
+        deadline = time.monotonic() + 60
+        while "site-000 re-probed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "site-000 re-probed" in log.read_text()
+        server.close()  # the site's worker has gone
+        while "no longer probed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "site-000: probe failing" in log.read_text()
+        # the last estimate stays published
+        (site,) = stub.GetProfiles(
+            profiler_pb2.GetProfilesRequest(site_ids=["site-000"]), timeout=5
+        ).sites
+        assert site.measured_latency_s > 0 and site.measured_bandwidth_bytes_per_s > 0
