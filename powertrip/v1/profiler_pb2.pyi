@@ -48,3 +48,41 @@ class TelemetryAck(_message.Message):
     OK_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     def __init__(self, ok: bool = ...) -> None: ...
+
+class ClaimSiteRequest(_message.Message):
+    __slots__ = ("worker_id", "site_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    site_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., site_id: _Optional[str] = ...) -> None: ...
+
+class ClaimSiteResponse(_message.Message):
+    __slots__ = ("site", "latency_scale", "bandwidth_scale")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SCALE_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_SCALE_FIELD_NUMBER: _ClassVar[int]
+    site: _common_pb2.SiteProfile
+    latency_scale: float
+    bandwidth_scale: float
+    def __init__(self, site: _Optional[_Union[_common_pb2.SiteProfile, _Mapping]] = ..., latency_scale: _Optional[float] = ..., bandwidth_scale: _Optional[float] = ...) -> None: ...
+
+class MeasureLinkRequest(_message.Message):
+    __slots__ = ("site_id", "worker_id", "probe_address")
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    site_id: str
+    worker_id: str
+    probe_address: str
+    def __init__(self, site_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., probe_address: _Optional[str] = ...) -> None: ...
+
+class MeasureLinkResponse(_message.Message):
+    __slots__ = ("site", "rtt_s", "probe_bytes")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    RTT_S_FIELD_NUMBER: _ClassVar[int]
+    PROBE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    site: _common_pb2.SiteProfile
+    rtt_s: float
+    probe_bytes: int
+    def __init__(self, site: _Optional[_Union[_common_pb2.SiteProfile, _Mapping]] = ..., rtt_s: _Optional[float] = ..., probe_bytes: _Optional[int] = ...) -> None: ...

@@ -44,6 +44,16 @@ class ProfilerStub(object):
                 request_serializer=powertrip_dot_v1_dot_profiler__pb2.Telemetry.SerializeToString,
                 response_deserializer=powertrip_dot_v1_dot_profiler__pb2.TelemetryAck.FromString,
                 _registered_method=True)
+        self.ClaimSite = channel.unary_unary(
+                '/powertrip.v1.Profiler/ClaimSite',
+                request_serializer=powertrip_dot_v1_dot_profiler__pb2.ClaimSiteRequest.SerializeToString,
+                response_deserializer=powertrip_dot_v1_dot_profiler__pb2.ClaimSiteResponse.FromString,
+                _registered_method=True)
+        self.MeasureLink = channel.unary_unary(
+                '/powertrip.v1.Profiler/MeasureLink',
+                request_serializer=powertrip_dot_v1_dot_profiler__pb2.MeasureLinkRequest.SerializeToString,
+                response_deserializer=powertrip_dot_v1_dot_profiler__pb2.MeasureLinkResponse.FromString,
+                _registered_method=True)
 
 
 class ProfilerServicer(object):
@@ -63,6 +73,23 @@ class ProfilerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClaimSite(self, request, context):
+        """A site worker that shapes its own link claims a site at start (the one it names, or
+        the next unclaimed one) and gets the profile its link must be shaped to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MeasureLink(self, request, context):
+        """A shaped site worker says where its probe echo listens, behind its shaped link; the
+        profiler measures RTT and throughput through that path and answers with the profile
+        carrying measured_latency_s / measured_bandwidth_bytes_per_s.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProfilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +102,16 @@ def add_ProfilerServicer_to_server(servicer, server):
                     servicer.ReportTelemetry,
                     request_deserializer=powertrip_dot_v1_dot_profiler__pb2.Telemetry.FromString,
                     response_serializer=powertrip_dot_v1_dot_profiler__pb2.TelemetryAck.SerializeToString,
+            ),
+            'ClaimSite': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimSite,
+                    request_deserializer=powertrip_dot_v1_dot_profiler__pb2.ClaimSiteRequest.FromString,
+                    response_serializer=powertrip_dot_v1_dot_profiler__pb2.ClaimSiteResponse.SerializeToString,
+            ),
+            'MeasureLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.MeasureLink,
+                    request_deserializer=powertrip_dot_v1_dot_profiler__pb2.MeasureLinkRequest.FromString,
+                    response_serializer=powertrip_dot_v1_dot_profiler__pb2.MeasureLinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +168,60 @@ class Profiler(object):
             '/powertrip.v1.Profiler/ReportTelemetry',
             powertrip_dot_v1_dot_profiler__pb2.Telemetry.SerializeToString,
             powertrip_dot_v1_dot_profiler__pb2.TelemetryAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimSite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/powertrip.v1.Profiler/ClaimSite',
+            powertrip_dot_v1_dot_profiler__pb2.ClaimSiteRequest.SerializeToString,
+            powertrip_dot_v1_dot_profiler__pb2.ClaimSiteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MeasureLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/powertrip.v1.Profiler/MeasureLink',
+            powertrip_dot_v1_dot_profiler__pb2.MeasureLinkRequest.SerializeToString,
+            powertrip_dot_v1_dot_profiler__pb2.MeasureLinkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,16 @@ from services.aggregator.state import AggregatorState, RegistrationError
 
 SERVICE_NAME = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"].full_name
 MAX_LONG_POLL_S = 30.0
+EXPECTED_REJECT_REASONS = (
+    "checksum",
+    "non_finite",
+    "truncated",
+    "oversized",
+    "stale_round",
+    "duplicate",
+    "unauthenticated",
+    "wrong_identity",
+)
 log = logging.getLogger("aggregator")
 
 
@@ -53,6 +63,10 @@ class AggregatorMetrics:
         self.rejected = Counter(
             "powertrip_delta_rejected", "Deltas rejected, by reason", ["reason"], registry=registry
         )
+        # Export the common reasons at 0 from the start, so dashboards and alerts see the
+        # series before the first rejection (a labelled counter has no samples until then).
+        for reason in EXPECTED_REJECT_REASONS:
+            self.rejected.labels(reason)
         self.policy_fallbacks = Counter(
             "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from prometheus_client import CollectorRegistry
@@ -21,17 +22,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser(SPEC)
     parser.add_argument("--sites", type=int, help="number of sites (overrides the config)")
     parser.add_argument("--seed", type=int, help="population seed (overrides the config)")
+    parser.add_argument(
+        "--latency-scale",
+        type=float,
+        default=float(os.environ.get("POWERTRIP_LINK_LATENCY_SCALE", 1.0)),
+        help="emulated latency = profile x this (env POWERTRIP_LINK_LATENCY_SCALE)",
+    )
+    parser.add_argument(
+        "--bandwidth-scale",
+        type=float,
+        default=float(os.environ.get("POWERTRIP_LINK_BANDWIDTH_SCALE", 1.0)),
+        help="emulated bandwidth = profile x this (env POWERTRIP_LINK_BANDWIDTH_SCALE)",
+    )
+    parser.add_argument(
+        "--probe-interval-s",
+        type=float,
+        default=float(os.environ.get("POWERTRIP_PROBE_INTERVAL_S", 0)),
+        help="re-probe each measured site's link this often; 0 = only when a worker asks "
+        "(env POWERTRIP_PROBE_INTERVAL_S)",
+    )
     args = parser.parse_args(argv)
     setup_logging(args.log_level, SPEC.name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run = run.with_overrides(num_sites=args.sites, seed=args.seed).validate()
-        book = ProfileBook(ProfilerConfig.from_run_config(run))
-    except (ConfigError, TraceError) as exc:
+        book = ProfileBook(
+            ProfilerConfig.from_run_config(run, args.latency_scale, args.bandwidth_scale)
+        )
+    except (ConfigError, TraceError, ValueError) as exc:
         print(f"profiler: {exc}", file=sys.stderr)
         return 2
     registry = CollectorRegistry()
-    servicer = ProfilerServicer(book, ProfilerMetrics(registry))
+    servicer = ProfilerServicer(book, ProfilerMetrics(registry), args.probe_interval_s)
     return serve(
         SPEC,
         args,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 from powertrip.power import DEFAULT_TRACE, assign_traces, load_domains
@@ -19,6 +21,37 @@ class SiteTelemetry:
     energy_j: float = 0.0
 
 
+@dataclass(frozen=True)
+class Measured:
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    rtt_s: float
+    probe_bytes: int
+
+
+def combine(samples: list[Measured]) -> Measured:
+    """The link estimate from a window of probes: the minimum RTT (queueing and a busy CPU
+    only ever add delay) and the median throughput (a stalled sender or receiver can make
+    one probe read low, or high when it catches up from buffers, so neither extreme)."""
+    if not samples:
+        raise ValueError("combine needs at least one sample")
+    fastest = min(samples, key=lambda m: m.rtt_s)
+    return Measured(
+        latency_s=fastest.rtt_s / 2,
+        bandwidth_bytes_per_s=statistics.median(m.bandwidth_bytes_per_s for m in samples),
+        rtt_s=fastest.rtt_s,
+        probe_bytes=max(m.probe_bytes for m in samples),
+    )
+
+
+class ClaimError(Exception):
+    """A site cannot be claimed; `reason` is "invalid", "taken" or "exhausted"."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass
 class ProfileBook:
     """Thread-safe store of sites and their latest telemetry."""
@@ -26,6 +59,10 @@ class ProfileBook:
     config: ProfilerConfig
     sites: list[Site] = field(init=False)
     telemetry: dict[str, SiteTelemetry] = field(default_factory=dict)
+    measured: dict[str, Measured] = field(default_factory=dict)
+    samples: dict[str, deque] = field(default_factory=dict)
+    window: int = 6  # probes per site the estimate is made from
+    claims: dict[str, str] = field(default_factory=dict)  # site_id -> worker_id
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -38,6 +75,49 @@ class ProfileBook:
             self.traces = assign_traces(
                 domains, population.num_sites, population.seed, population.gpus_per_site
             )
+
+    def link(self, site: Site) -> tuple[float, float]:
+        """(latency_s, bandwidth_bytes_per_s) of the emulated link: the profile x the scales."""
+        return (
+            site.latency_s * self.config.latency_scale,
+            site.bandwidth_bytes_per_s * self.config.bandwidth_scale,
+        )
+
+    def claim(self, worker_id: str, site_id: str = "") -> Site:
+        """Give `worker_id` the site it names, or the lowest unclaimed one; idempotent, so a
+        restarted worker gets its site back."""
+        if not worker_id:
+            raise ClaimError("invalid", "worker_id is required")
+        with self._lock:
+            if site_id:
+                if site_id not in self._by_id:
+                    raise ClaimError("invalid", f"unknown site id: {site_id}")
+                holder = self.claims.get(site_id)
+                if holder not in (None, worker_id):
+                    raise ClaimError("taken", f"{site_id} is already claimed by worker {holder}")
+            else:
+                mine = [s for s, w in self.claims.items() if w == worker_id]
+                free = [s.site_id for s in self.sites if s.site_id not in self.claims]
+                if mine:
+                    site_id = mine[0]
+                elif free:
+                    site_id = free[0]
+                else:
+                    raise ClaimError(
+                        "exhausted",
+                        f"all {len(self.sites)} sites are claimed; run as many site workers "
+                        "as the run has sites",
+                    )
+            self.claims[site_id] = worker_id
+            return self._by_id[site_id]
+
+    def add_sample(self, site_id: str, sample: Measured) -> Measured:
+        """Record one probe of a site; returns the site's estimate over its window."""
+        with self._lock:
+            window = self.samples.setdefault(site_id, deque(maxlen=self.window))
+            window.append(sample)
+            self.measured[site_id] = combine(list(window))
+            return self.measured[site_id]
 
     def power_at(self, site: Site, at_s: float) -> float:
         """Uniform mode draws p_i once (paper §5.1); trace mode replays spare power at t."""

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from powertrip.linkprobe import ProbeError, measure
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
-from services.profiler.logic import ProfileBook, SiteTelemetry
+from services.profiler.logic import ClaimError, Measured, ProfileBook, SiteTelemetry
 
 SERVICE_NAME = profiler_pb2.DESCRIPTOR.services_by_name["Profiler"].full_name
+log = logging.getLogger("profiler")
 
 
 class ProfilerMetrics:
@@ -37,12 +43,39 @@ class ProfilerMetrics:
 
 
 class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
-    def __init__(self, book: ProfileBook, metrics: ProfilerMetrics):
+    def __init__(self, book: ProfileBook, metrics: ProfilerMetrics, probe_interval_s: float = 0):
         self.book = book
         self.metrics = metrics
+        self.probe_interval_s = probe_interval_s
+        self._probe_addresses: dict[str, str] = {}  # site_id -> probe address
+        self._probe_failures: dict[str, int] = {}
+        if probe_interval_s > 0:
+            threading.Thread(target=self._reprobe_loop, name="reprobe", daemon=True).start()
+        # one probe at a time: concurrent probes would share CPU and links and read low
+        self._probe_lock = threading.Lock()
         for site in book.sites:
-            metrics.latency.labels(site.site_id, "configured").set(site.latency_s)
-            metrics.bandwidth.labels(site.site_id, "configured").set(site.bandwidth_bytes_per_s)
+            latency, bandwidth = book.link(site)
+            metrics.latency.labels(site.site_id, "configured").set(latency)
+            metrics.bandwidth.labels(site.site_id, "configured").set(bandwidth)
+
+    def _profile(self, site, at_s: float) -> common_pb2.SiteProfile:
+        power = self.book.power_at(site, at_s)
+        self.metrics.power.labels(site.site_id).set(power)
+        latency, bandwidth = self.book.link(site)
+        measured = self.book.measured.get(site.site_id)
+        return common_pb2.SiteProfile(
+            site_id=site.site_id,
+            power_fraction=power,
+            distance_miles=site.distance_miles,
+            latency_s=latency,
+            bandwidth_bytes_per_s=bandwidth,
+            measured_latency_s=measured.latency_s if measured else 0.0,
+            measured_bandwidth_bytes_per_s=measured.bandwidth_bytes_per_s if measured else 0.0,
+            gpus_available=site.gpus_available,
+            gpus_effective=self.book.gpus_at(site, at_s),
+            power_source=self.book.config.power,
+            alive=True,
+        )
 
     def GetProfiles(self, request, context):
         try:
@@ -51,24 +84,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         if request.at_s < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "at_s must be >= 0")
-        profiles = []
-        for site in sites:
-            power = self.book.power_at(site, request.at_s)
-            self.metrics.power.labels(site.site_id).set(power)
-            gpus = self.book.gpus_at(site, request.at_s)
-            profiles.append(
-                common_pb2.SiteProfile(
-                    site_id=site.site_id,
-                    power_fraction=power,
-                    distance_miles=site.distance_miles,
-                    latency_s=site.latency_s,
-                    bandwidth_bytes_per_s=site.bandwidth_bytes_per_s,
-                    gpus_available=site.gpus_available,
-                    gpus_effective=gpus,
-                    power_source=self.book.config.power,
-                    alive=True,
-                )
-            )
+        profiles = [self._profile(site, request.at_s) for site in sites]
         return profiler_pb2.GetProfilesResponse(
             sites=profiles, power_mode=self.book.config.power, seed=self.book.config.population.seed
         )
@@ -90,3 +106,79 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         if update.energy_j:
             self.metrics.energy.labels(request.site_id).inc(update.energy_j)
         return profiler_pb2.TelemetryAck(ok=True)
+
+    def ClaimSite(self, request, context):
+        try:
+            site = self.book.claim(request.worker_id, request.site_id)
+        except ClaimError as exc:
+            code = {
+                "taken": grpc.StatusCode.ALREADY_EXISTS,
+                "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
+            }.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+            context.abort(code, str(exc))
+        log.info("worker %s claimed %s", request.worker_id, site.site_id)
+        return profiler_pb2.ClaimSiteResponse(
+            site=self._profile(site, 0.0),
+            latency_scale=self.book.config.latency_scale,
+            bandwidth_scale=self.book.config.bandwidth_scale,
+        )
+
+    def MeasureLink(self, request, context):
+        """Probe the site's echo through its shaped path: RTT and throughput, then publish."""
+        try:
+            (site,) = self.book.lookup([request.site_id])
+        except (KeyError, ValueError):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown site id: {request.site_id!r}")
+        if not request.probe_address:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_address is required")
+        try:
+            measured, sample = self._probe(site, request.probe_address)
+        except ProbeError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self._probe_addresses[site.site_id] = request.probe_address
+        self._probe_failures[site.site_id] = 0
+        latency, bandwidth = self.book.link(site)
+        log.info(
+            "%s link measured via %s: one-way %.1f ms (configured %.1f), %.2f MB/s "
+            "(configured %.2f), probe %d bytes",
+            site.site_id,
+            request.probe_address,
+            measured.latency_s * 1e3,
+            latency * 1e3,
+            measured.bandwidth_bytes_per_s / 1e6,
+            bandwidth / 1e6,
+            sample.probe_bytes,
+        )
+        return profiler_pb2.MeasureLinkResponse(
+            site=self._profile(site, 0.0), rtt_s=sample.rtt_s, probe_bytes=sample.probe_bytes
+        )
+
+    def _probe(self, site, address: str, bulk_probes: int = 2) -> tuple[Measured, Measured]:
+        """One probe of a site; returns (the site's estimate over its window, this probe)."""
+        _latency, bandwidth = self.book.link(site)
+        with self._probe_lock:
+            m = measure(address, bandwidth, bulk_probes=bulk_probes)
+        sample = Measured(m.latency_s, m.bandwidth_bytes_per_s, m.rtt_s, m.probe_bytes)
+        measured = self.book.add_sample(site.site_id, sample)
+        self.metrics.latency.labels(site.site_id, "measured").set(measured.latency_s)
+        self.metrics.bandwidth.labels(site.site_id, "measured").set(measured.bandwidth_bytes_per_s)
+        return measured, sample
+
+    def _reprobe_loop(self) -> None:
+        """Probe every known site again each interval; a site whose probe fails 3 times in a
+        row (its worker has gone) keeps its last estimate and is no longer probed.  One bulk
+        transfer (about 1 s of the link) per re-probe: the probe shares the link the site
+        uploads its deltas on."""
+        while True:
+            time.sleep(self.probe_interval_s)
+            for site_id, address in list(self._probe_addresses.items()):
+                (site,) = self.book.lookup([site_id])
+                try:
+                    measured, _ = self._probe(site, address, bulk_probes=1)
+                    self._probe_failures[site_id] = 0
+                    log.debug("%s re-probed: rtt %.2f ms", site_id, measured.rtt_s * 1e3)
+                except ProbeError as exc:
+                    self._probe_failures[site_id] = self._probe_failures.get(site_id, 0) + 1
+                    if self._probe_failures[site_id] >= 3:
+                        log.info("%s: probe failing (%s); no longer probed", site_id, exc)
+                        self._probe_addresses.pop(site_id, None)

@@ -24,8 +24,10 @@ from powertrip.service import (
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
+from services.site_worker.link import LinkError, setup_link
 from services.site_worker.logic import SiteWorker
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
+from services.site_worker.telemetry import start_power_reporting
 
 SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
 log = logging.getLogger("site_worker")
@@ -84,6 +86,30 @@ def main(argv: list[str] | None = None) -> int:
         help="YAML file of site id -> join token; the tokens of --sites are presented "
         "(env POWERTRIP_SITE_TOKENS)",
     )
+    parser.add_argument(
+        "--shape-link",
+        action="store_true",
+        default=os.environ.get("POWERTRIP_SHAPE_LINK", "") not in ("", "0", "false"),
+        help="claim a site from the profiler and shape this host's link to its profile "
+        "with tc/ before registering; needs NET_ADMIN (env POWERTRIP_SHAPE_LINK=1)",
+    )
+    parser.add_argument(
+        "--profiler",
+        default=os.environ.get("POWERTRIP_PROFILER", "localhost:50052"),
+        help="profiler host:port, for --shape-link (env POWERTRIP_PROFILER)",
+    )
+    parser.add_argument(
+        "--link-iface",
+        default=os.environ.get("POWERTRIP_LINK_IFACE") or None,
+        help="interface to shape (default: the default route's)",
+    )
+    parser.add_argument(
+        "--report-power",
+        action="store_true",
+        default=os.environ.get("POWERTRIP_REPORT_POWER", "") not in ("", "0", "false"),
+        help="report GPU power from NVML to --profiler as the site's telemetry (one site; "
+        "always on with --shape-link; env POWERTRIP_REPORT_POWER=1)",
+    )
     args = parser.parse_args(argv)
     if args.site_batch < 1:
         parser.error(f"--site-batch must be >= 1, got {args.site_batch}")
@@ -93,14 +119,42 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"site_worker: {exc}", file=sys.stderr)
         return 2
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    link = None
+    if args.shape_link:
+        sites = parse_sites(args.sites)
+        if len(sites) > 1:
+            print(
+                "site_worker: --shape-link shapes one link: give at most one --sites",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            link = setup_link(
+                args.profiler,
+                args.aggregator,
+                worker_id,
+                sites[0] if sites else "",
+                args.link_iface,
+            )
+        except LinkError as exc:
+            print(f"site_worker: link: {exc}", file=sys.stderr)
+            return 2
+        args.aggregator, args.sites = link.aggregator, link.site_id
     sites = parse_sites(args.sites)
     missing = [s for s in sites if tokens and s not in tokens]
     if missing:
         print(f"site_worker: --site-tokens has no token for {', '.join(missing)}", file=sys.stderr)
         return 2
+    reporter = None
+    if args.shape_link or args.report_power:
+        if len(sites) != 1:
+            print("site_worker: --report-power needs exactly one --sites", file=sys.stderr)
+            return 2
+        reporter = start_power_reporting(args.profiler, sites[0], worker_id)
     config = WorkerConfig(
         aggregator=args.aggregator,
-        worker_id=args.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        worker_id=worker_id,
         site_ids=sites,
         site_count=args.site_count,
         threads=args.threads,
@@ -147,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_event=stop,
     )
     worker.stop()
+    if reporter:
+        reporter.stop()
+    if link:
+        link.close()
     return code or outcome["code"]
 
 
