@@ -273,7 +273,10 @@ def faster_claim(
     paper_reduction: float | None,
     claim: str = "",
 ) -> ClaimRow:
-    """'a reaches the target faster than b', paired by seed."""
+    """'a reaches the target faster than b', paired by seed (the paper's reduction is
+    derived from its hours when not stated)."""
+    if paper_reduction is None and paper_a_h and paper_b_h:
+        paper_reduction = 1.0 - paper_a_h / paper_b_h
     sa, sb = list(times.get(a) or []), list(times.get(b) or [])
     pairs = list(zip(sa, sb, strict=False))
     bounds = [reduction(x, y) for x, y in pairs]
@@ -361,7 +364,7 @@ def why_differs(row: ClaimRow, facts: Mapping[str, object]) -> str:
 
     `facts` is what the suite actually used: workload, samples, lr, local_steps, seeds,
     num_sites, budget_factor, cores ... (missing keys are simply not mentioned)."""
-    if row.holds == "yes" and not row.differs:
+    if (row.holds == "yes" and not row.differs) or row.ours in ("not run", "-"):
         return ""
     reasons = list(row.reasons)
     if facts.get("subset"):

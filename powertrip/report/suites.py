@@ -143,7 +143,9 @@ def facts(data: VariantData, meta: Mapping[str, Any]) -> dict[str, object]:
         "target_accuracy": config.get("target_accuracy"),
         "num_sites": config.get("num_sites"),
         "seeds": len(data.seeds),
-        "budget_factor": factor if factor and config.get("target_accuracy", 0) < 1 else None,
+        "budget_factor": factor
+        if factor and float(config.get("target_accuracy") or 0) < 1
+        else None,
         "hardware": f"{meta.get('cores') or os.cpu_count()} CPU cores, simulated clock "
         f"({PAPER_HARDWARE})",
     }
@@ -173,7 +175,10 @@ def claims_fig8(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C
                 best = (run.time_to_target_s, k)
         per_seed.append("-" if best is None else str(best[1]))
     if v.kstar is None:
-        ours, holds = "no swept k reached the target in every seed", "n/a" if not v.seeds else "no"
+        ours, holds = (
+            "no swept k reached the target in every seed",
+            "n/a" if not v.seeds else "unclear",
+        )
     else:
         n = v.config().get("num_sites", "?")
         ours = f"k* = {v.kstar} of {n} (per seed: {', '.join(per_seed)}; swept {v.sweep})"
@@ -550,7 +555,7 @@ def plot_time_bars(
         if est.n == 0:
             ax.text(0, i, "  not run", va="center", fontsize=8, color="gray")
             continue
-        err = est.half_width if math.isfinite(est.half_width) else 0
+        err = est.half_width if math.isfinite(est.half_width) and not censored else 0
         color = "tab:red" if label.startswith("powertrip") else "tab:blue"
         ax.barh(
             i,

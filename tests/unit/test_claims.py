@@ -108,6 +108,7 @@ def test_faster_claim_with_cut_off_baseline_is_a_bound():
     row = C.faster_claim("9", "powertrip", "radius", times, 0.65, 2.9, None)
     assert row.holds == "yes"  # both seeds: PowerTrip at least 33 % faster
     assert "≤ -33 %" in row.ours and "cut off" in row.ours
+    assert row.paper == "0.65 h vs 2.9 h (-78 %)"
     assert row.differs
 
 
