@@ -69,6 +69,28 @@ _CAPTIONS = {
         "the mean idle (wait) time of the selected sites."
     ),
     "predicted_vs_actual.png": "The policy's predicted round time against the actual one.",
+    "fig8_static_k_sweep.png": (
+        "Ours: time to target against static k, mean ± 95 % CI over seeds; hollow red markers "
+        "were cut off before the target (lower bounds); dashed line: k*."
+    ),
+    "fig9_time_to_accuracy.png": (
+        "Ours: time to target per policy, mean ± 95 % CI over seeds; hatched bars were cut off "
+        "before the target in some seed (their mean is a lower bound)."
+    ),
+    "fig10_k_over_time.png": (
+        "Ours: sites per round over time, PowerTrip (one line per seed) against static k*; "
+        "shaded: the static policy's extra sites."
+    ),
+    "fig11_accuracy_gain.png": (
+        "Ours: accuracy gain per round of the larger static configurations over the smallest, "
+        "mean ± 95 % CI over seeds."
+    ),
+    "fig12_time_to_accuracy.png": (
+        "Ours: time to target per policy with trace power, mean ± 95 % CI over seeds; hatched "
+        "bars were cut off before the target."
+    ),
+    "fig13_time_to_accuracy.png": "Ours: time to target per update size and policy.",
+    "fig14_time_to_accuracy.png": "Ours: time to target per workload, PowerTrip vs static k*.",
     "prediction_error.png": (
         "Round-time prediction error: histogram of (predicted - actual) / actual and the CDF "
         "of its absolute value."

@@ -175,3 +175,17 @@ def test_fig9_claims_cover_every_baseline_and_hold_when_powertrip_is_fastest():
     assert radius.holds == "no" and "expected" in radius.why  # 5 sites, not 22
     assert all(r.seeds == 3 for r in rows)
     assert {c for r in rows for c in r.as_dict()} == set(C.CLAIM_COLUMNS)
+
+
+def test_prediction_errors_are_relative_and_skip_missing_predictions(tmp_path):
+    from powertrip.report.plots import plot_prediction_error, prediction_errors
+
+    rows = [
+        {"round": 1, "round_time_s": 100.0, "predicted_round_time_s": 110.0},
+        {"round": 2, "round_time_s": 200.0, "predicted_round_time_s": 150.0},
+        {"round": 3, "round_time_s": 50.0, "predicted_round_time_s": float("nan")},
+    ]
+    run = RunResult(tmp_path, {}, rows, {"policy": "powertrip"})
+    assert prediction_errors([run, run]).tolist() == pytest.approx([0.1, -0.25, 0.1, -0.25])
+    path = plot_prediction_error([run], tmp_path / "err.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
