@@ -189,3 +189,10 @@ def test_prediction_errors_are_relative_and_skip_missing_predictions(tmp_path):
     assert prediction_errors([run, run]).tolist() == pytest.approx([0.1, -0.25, 0.1, -0.25])
     path = plot_prediction_error([run], tmp_path / "err.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_k_star_falls_back_to_the_best_bound_when_every_k_was_cut_off():
+    v = _variant({"static-k10": [None, None, None], "static-k20": [1.0, None, 1.1]})
+    # _run gives a cut-off run 9 h; k20's mean bound (1.0 + 9 + 1.1) / 3 is the lower one
+    assert v.kstar == 20 and v.kstar_censored
+    assert not all(s.reached for s in v.samples("static-k*"))
