@@ -196,3 +196,14 @@ def test_k_star_falls_back_to_the_best_bound_when_every_k_was_cut_off():
     # _run gives a cut-off run 9 h; k20's mean bound (1.0 + 9 + 1.1) / 3 is the lower one
     assert v.kstar == 20 and v.kstar_censored
     assert not all(s.reached for s in v.samples("static-k*"))
+
+
+def test_a_run_cut_off_by_the_budget_is_bounded_by_the_budget():
+    from powertrip.report.suites import sample_of
+
+    run = _run("all", None, 0.0)  # stopped before its first round would pass the cap
+    run.summary["stopped_reason"] = "time_budget"
+    run.config["max_sim_hours"] = 1.5
+    assert sample_of(run) == C.Sample(1.5 * 3600, False)
+    run.summary["stopped_reason"] = "max_rounds"
+    assert sample_of(run) == C.Sample(0.0, False)
