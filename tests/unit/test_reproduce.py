@@ -207,3 +207,21 @@ def test_a_run_cut_off_by_the_budget_is_bounded_by_the_budget():
     assert sample_of(run) == C.Sample(1.5 * 3600, False)
     run.summary["stopped_reason"] = "max_rounds"
     assert sample_of(run) == C.Sample(0.0, False)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--figure", "7"], "allowed: 8, 9, 10, 11, 12, 13, 14 or all"),
+        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--k", "500"], "--k values must be in 1..100"),
+        (["--k", "x"], "--k must be comma-separated integers"),
+        (["--workload", "nope"], "valid workloads"),
+    ],
+)
+def test_cli_errors_name_the_option(tmp_path, capsys, args, message):
+    from powertrip.cli import main
+
+    assert main(["reproduce", *args, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.glob("out/runs/*"))  # nothing was started
