@@ -7,7 +7,7 @@ DEMO_OUT ?= runs/demo
 # the policies of the paper's Fig. 9, plus `all`
 DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
 
-.PHONY: setup demo test reliability lint proto bench clean
+.PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-summary
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,3 +40,13 @@ proto: setup  ## regenerate the committed stubs in powertrip/v1 from proto/
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+REPRODUCE_OUT ?= runs/reproduce
+REPRODUCE_FIGURE ?= 9
+REPRODUCE_SEEDS ?= 3
+
+reproduce: setup  ## the paper's Fig. 9 (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS seeds; resumable
+	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(REPRODUCE_SEEDS) --out $(REPRODUCE_OUT)
+
+reproduce-summary: setup  ## re-render REPRODUCE_OUT's reports and copy its claims table to results/claims.md
+	$(BIN)/powertrip reproduce --figure all --report-only --out $(REPRODUCE_OUT) --summary results/claims.md

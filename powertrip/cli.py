@@ -82,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(sweep)
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
 
+    from powertrip.experiments import reproduce as _reproduce
+
+    _reproduce.add_arguments(
+        sub.add_parser(
+            "reproduce",
+            help="the paper's evaluation (Figs. 8-14) over several seeds, resumable, with "
+            "claims tables",
+        )
+    )
+
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")
 
@@ -187,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         from powertrip.experiments import datacmd
 
         return datacmd.main(args)
+    if args.command == "reproduce":
+        return _reproduce_main(args)
     from powertrip.experiments import commands
     from powertrip.experiments.runner import RunError
     from powertrip.workloads import DataError, UnknownWorkload
@@ -215,6 +227,21 @@ def main(argv: list[str] | None = None) -> int:
         print("powertrip: interrupted; services stopped", file=sys.stderr)
         return 130
     return EXIT_USAGE
+
+
+def _reproduce_main(args: argparse.Namespace) -> int:
+    from powertrip.experiments import reproduce
+    from powertrip.report import ReportError
+    from powertrip.workloads import DataError, UnknownWorkload
+
+    try:
+        return reproduce.main(args)
+    except (ConfigError, reproduce.ReproduceError, UnknownWorkload, DataError, ReportError) as exc:
+        print(f"powertrip reproduce: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("powertrip reproduce: interrupted; finished runs are kept", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

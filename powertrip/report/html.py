@@ -30,6 +30,10 @@ figure { margin: 1.2em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
 p.note { color: #555; font-size: 0.92em; }
+div.pair { display: flex; gap: 1.5em; align-items: flex-start; flex-wrap: wrap; }
+div.pair > div.paper { flex: 1 1 260px; background: #f7f7f7; padding: .2em 1em; }
+div.pair > figure { flex: 2 1 480px; margin-top: 0; }
+td.holds-yes { background: #e3f6e3; } td.holds-no { background: #fbe3e3; }
 """
 
 
@@ -53,6 +57,8 @@ class Section:
     images: list[Path] = field(default_factory=list)
     #: (text, href) links, e.g. to per-run reports
     links: list[tuple[str, str]] = field(default_factory=list)
+    #: what the paper's figure shows; rendered beside the first image (our figure)
+    paper: str = ""
 
 
 _CAPTIONS = {
@@ -63,6 +69,32 @@ _CAPTIONS = {
         "the mean idle (wait) time of the selected sites."
     ),
     "predicted_vs_actual.png": "The policy's predicted round time against the actual one.",
+    "fig8_static_k_sweep.png": (
+        "Ours: time to target against static k, mean ± 95 % CI over seeds; hollow red markers "
+        "were cut off before the target (lower bounds); dashed line: k*."
+    ),
+    "fig9_time_to_accuracy.png": (
+        "Ours: time to target per policy, mean ± 95 % CI over seeds; hatched bars were cut off "
+        "before the target in some seed (their mean is a lower bound)."
+    ),
+    "fig10_k_over_time.png": (
+        "Ours: sites per round over time, PowerTrip (one line per seed) against static k*; "
+        "shaded: the static policy's extra sites."
+    ),
+    "fig11_accuracy_gain.png": (
+        "Ours: accuracy gain per round of the larger static configurations over the smallest, "
+        "mean ± 95 % CI over seeds."
+    ),
+    "fig12_time_to_accuracy.png": (
+        "Ours: time to target per policy with trace power, mean ± 95 % CI over seeds; hatched "
+        "bars were cut off before the target."
+    ),
+    "fig13_time_to_accuracy.png": "Ours: time to target per update size and policy.",
+    "fig14_time_to_accuracy.png": "Ours: time to target per workload, PowerTrip vs static k*.",
+    "prediction_error.png": (
+        "Round-time prediction error: histogram of (predicted - actual) / actual and the CDF "
+        "of its absolute value."
+    ),
     "site_map.png": "Site population: power fraction vs distance; selected sites coloured.",
     "time_to_accuracy.png": (
         "Time to target accuracy per policy (paper Fig. 9 style); hatched bars did not "
@@ -98,16 +130,28 @@ def write_html(dir: str | Path, title: str, sections: Sequence[Section]) -> Path
                 for text, href in section.links
             )
             parts.append(f"<ul>{items}</ul>")
-        for image in section.images:
-            src = Path(os.path.relpath(Path(image).resolve(), out_dir.resolve())).as_posix()
-            caption = _CAPTIONS.get(Path(image).name, Path(image).stem.replace("_", " "))
+        images = list(section.images)
+        if section.paper and images:
             parts.append(
-                f'<figure><img src="{esc(src, quote=True)}" alt="{esc(caption, quote=True)}">'
-                f"<figcaption>{esc(caption)}</figcaption></figure>"
+                '<div class="pair"><div class="paper"><h3>The paper</h3>'
+                f"<p>{esc(section.paper)}</p></div>{_figure_html(images.pop(0), out_dir)}</div>"
             )
+        elif section.paper:
+            parts.append(f'<div class="paper"><h3>The paper</h3><p>{esc(section.paper)}</p></div>')
+        parts.extend(_figure_html(image, out_dir) for image in images)
     parts.append("</body></html>")
     out.write_text("\n".join(parts) + "\n")
     return out
+
+
+def _figure_html(image: Path, out_dir: Path) -> str:
+    esc = html.escape
+    src = Path(os.path.relpath(Path(image).resolve(), out_dir.resolve())).as_posix()
+    caption = _CAPTIONS.get(Path(image).name, Path(image).stem.replace("_", " "))
+    return (
+        f'<figure><img src="{esc(src, quote=True)}" alt="{esc(caption, quote=True)}">'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
 
 
 def _table_html(table: Table) -> str:
@@ -115,13 +159,20 @@ def _table_html(table: Table) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in table.headers)
     body = []
     for i, row in enumerate(table.rows):
-        cells = "".join(
-            f'<td class="num">{esc(c)}</td>' if _is_number(c) else f"<td>{esc(c)}</td>" for c in row
-        )
+        cells = "".join(_cell_html(c) for c in row)
         cls = ' class="highlight"' if i in table.highlight else ""
         body.append(f"<tr{cls}>{cells}</tr>")
     caption = f"<caption>{esc(table.caption)}</caption>" if table.caption else ""
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _cell_html(text: str) -> str:
+    esc = html.escape
+    if _is_number(text):
+        return f'<td class="num">{esc(text)}</td>'
+    if text in ("yes", "no"):  # a claims table's verdict
+        return f'<td class="holds-{text}">{esc(text)}</td>'
+    return f"<td>{esc(text)}</td>"
 
 
 def _is_number(text: str) -> bool:

@@ -111,6 +111,9 @@ def plot_run(run: RunResult, out_dir: str | Path) -> list[Path]:
         _run_k(run, out / "k_vs_time.png"),
         _run_breakdown(run, out / "round_breakdown.png"),
         _run_predicted(run, out / "predicted_vs_actual.png"),
+        plot_prediction_error(
+            [run], out / "prediction_error.png", _title_run(run, "round-time prediction error")
+        ),
     ]
     if run.summary.get("sites"):
         paths.append(_run_site_map(run, out / "site_map.png"))
@@ -445,3 +448,51 @@ def plot_sweep(sweep_dir: str | Path, runs: Sequence[RunResult], ks: Sequence[in
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return [_save(fig, Path(sweep_dir) / "static_k_sweep.png")]
+
+
+# ---- prediction error (explainability) -------------------------------------------------
+def prediction_errors(runs: Sequence[RunResult]) -> np.ndarray:
+    """Relative error (predicted - actual) / actual of every round that has a prediction."""
+    errors = []
+    for run in runs:
+        if not run.rounds or not run.has_column("predicted_round_time_s"):
+            continue
+        actual = run.column("round_time_s")
+        predicted = run.column("predicted_round_time_s")
+        ok = np.isfinite(actual) & np.isfinite(predicted) & (predicted > 0) & (actual > 0)
+        errors.append((predicted[ok] - actual[ok]) / actual[ok])
+    return np.concatenate(errors) if errors else np.zeros(0)
+
+
+def plot_prediction_error(runs: Sequence[RunResult], path: Path, title: str = "") -> Path:
+    """Histogram of the signed relative error and CDF of its absolute value."""
+    errors = prediction_errors(runs)
+    fig = _figure(9.0, 4.0)
+    hist, cdf = fig.subplots(1, 2)
+    if errors.size:
+        pct = errors * 100
+        bins = min(40, max(8, int(np.sqrt(errors.size)) * 2))
+        hist.hist(pct, bins=bins, color="tab:blue", edgecolor="white", linewidth=0.5)
+        hist.axvline(0, color="gray", ls="--", lw=1)
+        hist.axvline(
+            float(np.median(pct)), color="tab:red", lw=1.2, label=f"median {np.median(pct):+.1f} %"
+        )
+        hist.legend(loc="upper right", fontsize=8)
+        absolute = np.sort(np.abs(pct))
+        share = np.arange(1, absolute.size + 1) / absolute.size
+        cdf.step(absolute, share, where="post", lw=1.8)
+        p90 = float(np.percentile(absolute, 90))
+        cdf.axvline(p90, color="tab:red", ls=":", lw=1.2, label=f"90 % within {p90:.1f} %")
+        cdf.set_ylim(0, 1.02)
+        cdf.legend(loc="lower right", fontsize=8)
+    else:
+        _empty(hist, "no round-time predictions recorded")
+        _empty(cdf, "no round-time predictions recorded")
+    hist.set_xlabel("(predicted - actual) / actual round time (%)")
+    hist.set_ylabel("rounds")
+    hist.grid(alpha=0.3)
+    cdf.set_xlabel("|prediction error| (%)")
+    cdf.set_ylabel("share of rounds")
+    cdf.grid(alpha=0.3)
+    fig.suptitle(title or f"Round-time prediction error ({errors.size} rounds)", fontsize=11)
+    return _save(fig, path)

@@ -182,6 +182,7 @@ def test_plot_run_writes_pngs(tmp_path):
             "k_vs_time.png",
             "round_breakdown.png",
             "predicted_vs_actual.png",
+            "prediction_error.png",
             "site_map.png",
         ]
     )
@@ -194,7 +195,7 @@ def test_plot_run_without_sites_skips_site_map(tmp_path):
     paths = plot_run(run, run.path)
     assert "site_map.png" not in {p.name for p in paths}
     assert not (run.path / "site_map.png").exists()
-    assert len(paths) == 4
+    assert len(paths) == 5
 
 
 def test_plot_comparison_writes_pngs(comparison_dir):
