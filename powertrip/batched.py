@@ -121,15 +121,17 @@ def train_sites(
     trainer: str = "loop",
     site_batch: int = 1,
     channels_last: bool = False,
+    optimizer: str = "sgd",
 ) -> list[LocalResult]:
     """Train every job from the model's current weights: `trainer` "loop" (one site after
-    another, `train_local`) or "vmap" (`site_batch` sites per call, loop where vmap can't)."""
+    another, `train_local`) or "vmap" (`site_batch` sites per call, loop where vmap can't:
+    models without vmap rules, and optimisers other than SGD, which the vmap path hand-codes)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {list(TRAINERS)}, got {trainer!r}")
     if site_batch < 1:
         raise ValueError(f"site_batch must be >= 1, got {site_batch}")
     results: list[LocalResult] = []
-    if trainer == "vmap" and vmap_supported(model):
+    if trainer == "vmap" and optimizer == "sgd" and vmap_supported(model):
         try:
             for first in range(0, len(jobs), site_batch):
                 group = jobs[first : first + site_batch]
@@ -160,6 +162,7 @@ def train_sites(
                 batch_size=batch_size,
                 seed=job.seed,
                 channels_last=channels_last,
+                optimizer=optimizer,
             )
         )
     return results

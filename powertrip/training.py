@@ -3,6 +3,7 @@ aggregator scores the global model. Pure with respect to their inputs and the se
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,20 @@ class LocalResult:
     num_samples: int
     mean_loss: float
     steps: int
+
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
+
+
+def make_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], lr: float
+) -> torch.optim.Optimizer:
+    """The local optimiser a workload names; its state starts fresh each round (the server
+    only averages weights, so no optimiser state crosses the wire)."""
+    try:
+        return OPTIMIZERS[name](params, lr=lr)
+    except KeyError:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}") from None
 
 
 def site_seed(run_seed: int, round_no: int, site_index: int) -> int:
@@ -44,8 +59,10 @@ def train_local(
     batch_size: int,
     seed: int,
     channels_last: bool = False,
+    optimizer: str = "sgd",
 ) -> LocalResult:
-    """Run `steps` SGD steps from the model's current weights; return the delta.
+    """Run `steps` optimiser steps (SGD unless `optimizer` names another, see
+    `OPTIMIZERS`) from the model's current weights; return the delta.
 
     `channels_last` runs 4-d inputs and conv weights in NHWC, which oneDNN's CPU convolutions
     prefer; the math is unchanged (the delta comes back contiguous either way).
@@ -55,9 +72,9 @@ def train_local(
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if channels_last:
         model.to(memory_format=torch.channels_last)
+    opt = make_optimizer(optimizer, model.parameters(), lr)
     torch.manual_seed(seed)
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = batch_indices(len(y), steps, batch_size, seed)
     total = 0.0
@@ -66,10 +83,10 @@ def train_local(
         if channels_last and inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         targets = workload.targets(y[ix])
-        optimizer.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), targets)
         loss.backward()
-        optimizer.step()
+        opt.step()
         total += float(loss.detach())
     delta = {k: (v.detach() - start[k]).contiguous() for k, v in model.state_dict().items()}
     if channels_last:

@@ -34,6 +34,9 @@ class WorkloadDefaults:
     update_size_bytes: float  # emulated M for the time model, independent of the real delta
     tau_s: float  # modelled time of one site's local work at full power
     eval_samples: int  # held-out samples evaluated each round (fixed subset, seeded)
+    # a site's local optimiser (`powertrip.training.OPTIMIZERS`), created fresh every round:
+    # plain SGD as in the paper, except where a model does not learn with it (KWT-1 needs AdamW)
+    optimizer: str = "sgd"
 
 
 @dataclass

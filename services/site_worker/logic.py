@@ -113,6 +113,7 @@ class SiteWorker:
             trainer=self.config.trainer,
             site_batch=self.config.site_batch,
             channels_last=self.config.channels_last,
+            optimizer=self.workload.defaults.optimizer,
         )
         wall_s = (time.monotonic() - start) / len(tasks)
         return [(result, wall_s) for result in results]
