@@ -20,6 +20,7 @@ from powertrip.fedavg import apply_delta, weighted_average
 from powertrip.profiles import site_index
 from powertrip.training import site_seed, train_local
 from powertrip.workloads import get_workload
+from services.aggregator.records import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +48,9 @@ def test_two_workers_with_vmap_match_the_plain_loop(tmp_path):
     row = next(csv.DictReader((out / "rounds.csv").open()))
     chosen = row["sites"].split(";")
     assert len(chosen) == sites
-    with np.load(out / "checkpoint" / "model.npz", allow_pickle=False) as npz:
-        system = {k: npz[k] for k in npz.files}
+    checkpoint = load_checkpoint(out)
+    assert checkpoint is not None and checkpoint[1]["round"] == 1
+    system = checkpoint[0]
 
     workload = get_workload(workload_name)
     defaults = workload.defaults
