@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from powertrip.config import ConfigError, RunConfig
+from powertrip.workloads import REGISTRY
+
+WORKLOADS = ", ".join(sorted(REGISTRY))
 
 SERVICES = ("aggregator", "site_worker", "profiler", "policy")
 EXIT_USAGE = 2
@@ -16,7 +19,7 @@ EXIT_USAGE = 2
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="run configuration YAML (flags override it)")
-    parser.add_argument("--workload", help="femnist | synthetic | ... (see `powertrip data info`)")
+    parser.add_argument("--workload", help=f"one of {WORKLOADS} (default femnist)")
     parser.add_argument("--sites", type=int, dest="num_sites", help="number of sites (default 100)")
     parser.add_argument("--max-rounds", type=int, help="round limit (default 100)")
     parser.add_argument("--max-sim-hours", type=float, help="stop after this much simulated time")
@@ -100,14 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="inspect or prepare a workload's data")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     info = data_sub.add_parser("info", help="samples per site and class coverage for N sites")
-    info.add_argument("workload")
-    info.add_argument("--sites", type=int, default=100)
-    info.add_argument("--seed", type=int, default=0)
-    info.add_argument("--data-dir")
+    info.add_argument("workload", help=f"one of {WORKLOADS}")
+    info.add_argument("--sites", type=int, default=100, help="number of sites (default 100)")
+    info.add_argument("--seed", type=int, default=0, help="partition seed (default 0)")
+    info.add_argument("--data-dir", help="the workload's data (default: the repo's data/)")
     prepare = data_sub.add_parser(
         "prepare", help="build a workload's cached data (e.g. shakespeare)"
     )
-    prepare.add_argument("workload")
+    prepare.add_argument("workload", help=f"one of {WORKLOADS}")
     prepare.add_argument("--cache-dir", help="where to write the prepared data")
 
     serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
