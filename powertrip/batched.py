@@ -78,14 +78,15 @@ def train_sites_vmap(
         return torch.nn.functional.cross_entropy(logits, targets)
 
     step_fn = vmap(grad_and_value(site_loss))
-    losses = torch.zeros(k, dtype=torch.float64)
+    device = next(model.parameters()).device  # CPU or CUDA: batches follow the model
+    losses = torch.zeros(k, dtype=torch.float64, device=device)
     for step in range(steps):
         inputs = torch.stack(
             [workload.inputs(job.x[b[step]]) for job, b in zip(jobs, batches, strict=True)]
-        )
+        ).to(device)
         targets = torch.stack(
             [workload.targets(job.y[b[step]]) for job, b in zip(jobs, batches, strict=True)]
-        )
+        ).to(device)
         grads, loss = step_fn(weights, inputs, targets)
         with torch.no_grad():
             for n in names:
@@ -96,9 +97,9 @@ def train_sites_vmap(
         delta = {}
         for key, value in model.state_dict().items():
             if key in weights:
-                delta[key] = (weights[key][i] - start[key]).contiguous()
+                delta[key] = (weights[key][i] - start[key]).cpu().contiguous()
             else:  # buffers are not trained: their delta is zero, as in the loop
-                delta[key] = torch.zeros_like(value)
+                delta[key] = torch.zeros_like(value, device="cpu")
         results.append(
             LocalResult(
                 delta=delta,

@@ -34,6 +34,23 @@ def make_optimizer(
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}") from None
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(requested: str) -> str:
+    """"auto" is CUDA when torch has it and a GPU is visible, else the CPU; asking for "cuda"
+    where there is none is an error that says why, rather than a silent CPU run."""
+    if requested not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        why = "has no CUDA" if torch.version.cuda is None else "sees no GPU"
+        raise ValueError(f"device cuda: torch {torch.__version__} {why}; use auto or cpu")
+    if requested == "auto":
+        return "cuda" if has_cuda else "cpu"
+    return requested
+
+
 def site_seed(run_seed: int, round_no: int, site_index: int) -> int:
     """A seed per (run, round, site) so training is reproducible in any process order."""
     return int(np.random.SeedSequence([run_seed, round_no, site_index]).generate_state(1)[0])
@@ -62,7 +79,9 @@ def train_local(
     optimizer: str = "sgd",
 ) -> LocalResult:
     """Run `steps` optimiser steps (SGD unless `optimizer` names another, see
-    `OPTIMIZERS`) from the model's current weights; return the delta.
+    `OPTIMIZERS`) from the model's current weights; return the delta (on the CPU).
+
+    Training runs where the model's parameters are (CPU or CUDA); batches follow them.
 
     `channels_last` runs 4-d inputs and conv weights in NHWC, which oneDNN's CPU convolutions
     prefer; the math is unchanged (the delta comes back contiguous either way).
@@ -72,6 +91,7 @@ def train_local(
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if channels_last:
         model.to(memory_format=torch.channels_last)
+    device = next(model.parameters()).device
     opt = make_optimizer(optimizer, model.parameters(), lr)
     torch.manual_seed(seed)
     model.train()
@@ -79,16 +99,16 @@ def train_local(
     batches = batch_indices(len(y), steps, batch_size, seed)
     total = 0.0
     for ix in batches:
-        inputs = workload.inputs(x[ix])
+        inputs = workload.inputs(x[ix]).to(device)
         if channels_last and inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
-        targets = workload.targets(y[ix])
+        targets = workload.targets(y[ix]).to(device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(inputs), targets)
         loss.backward()
         opt.step()
         total += float(loss.detach())
-    delta = {k: (v.detach() - start[k]).contiguous() for k, v in model.state_dict().items()}
+    delta = {k: (v.detach() - start[k]).cpu().contiguous() for k, v in model.state_dict().items()}
     if channels_last:
         model.to(memory_format=torch.contiguous_format)
     model.load_state_dict(start)

@@ -21,6 +21,7 @@ from powertrip.service import (
     serve,
     setup_logging,
 )
+from powertrip.training import DEVICES, resolve_device
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
@@ -81,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
     parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=os.environ.get("POWERTRIP_DEVICE", "auto"),
+        help="where sites train: auto = CUDA when torch has it and a GPU is visible, else "
+        "CPU (env POWERTRIP_DEVICE)",
+    )
+    parser.add_argument(
         "--site-tokens",
         default=os.environ.get("POWERTRIP_SITE_TOKENS"),
         help="YAML file of site id -> join token; the tokens of --sites are presented "
@@ -114,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.site_batch < 1:
         parser.error(f"--site-batch must be >= 1, got {args.site_batch}")
     setup_logging(args.log_level, SPEC.name)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        print(f"site_worker: --{exc}", file=sys.stderr)
+        return 2
     try:
         tokens = load_site_tokens(args.site_tokens) if args.site_tokens else {}
     except ConfigError as exc:
@@ -165,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         join_token=args.join_token,
         site_tokens={s: tokens[s] for s in sites if s in tokens},
         credentials=channel_credentials(args),
+        device=device,
     )
     worker = SiteWorker(config)
     stop = threading.Event()

@@ -21,4 +21,4 @@ class WorkerConfig:
     credentials: object = None  # grpc.ChannelCredentials when dialling with mutual TLS
     poll_s: float = 10.0
     register_timeout_s: float = 60.0
-    device: str = "cpu"
+    device: str = "cpu"  # resolved: "cpu" or "cuda" (powertrip.training.resolve_device)

@@ -72,7 +72,7 @@ class SiteWorker:
         partition = self.workload.partition(dataset, spec.num_sites, spec.seed)
         self.train_x, self.train_y = dataset.train.x, dataset.train.y
         self.site_data = {s: partition.site_indices[site_index(s)] for s in self.site_ids}
-        self.model = self.workload.build_model()
+        self.model = self.workload.build_model().to(self.config.device)
         log.info("%s: %d site(s), %s", self.config.worker_id, len(self.site_ids), partition.note)
 
     # ---- work --------------------------------------------------------------------------

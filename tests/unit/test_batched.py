@@ -156,3 +156,32 @@ def test_bad_trainer_settings_are_named():
         train_sites(workload, model, [], steps=1, lr=0.1, batch_size=2, trainer="fast")
     with pytest.raises(ValueError, match="site_batch must be >= 1"):
         train_sites(workload, model, [], steps=1, lr=0.1, batch_size=2, site_batch=0)
+
+
+def test_device_auto_is_cuda_only_when_present_and_cuda_without_one_says_why():
+    from powertrip.training import resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        resolve_device("gpu")
+    if not torch.cuda.is_available():  # the GPU path itself cannot run on this machine
+        with pytest.raises(ValueError, match="device cuda: torch .* (has no CUDA|sees no GPU)"):
+            resolve_device("cuda")
+
+
+@pytest.mark.parametrize("trainer", ["loop", "vmap"])
+def test_training_follows_the_model_device_and_returns_cpu_deltas(trainer):
+    """Both trainers move batches to where the model's parameters are and hand back CPU
+    deltas (what the upload encodes). Run on the CPU here, and on CUDA where a GPU is."""
+    workload = get_workload("synthetic")
+    jobs = _jobs(workload, 2, 4)
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = workload.build_model().to(device)
+    results = train_sites(
+        workload, model, jobs, steps=2, lr=0.1, batch_size=8, trainer=trainer, site_batch=2
+    )
+    for result in results:
+        assert all(v.device.type == "cpu" for v in result.delta.values())
+        assert any(float(v.abs().max()) > 0 for v in result.delta.values())
