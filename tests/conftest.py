@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from powertrip.experiments.launcher import start_service
@@ -19,3 +21,20 @@ def service_factory(tmp_path):
     yield start
     for service in reversed(started):
         service.stop()
+
+
+@pytest.fixture()
+def stack_factory(service_factory):
+    """start(config_path, out_dir, *aggregator_flags) -> (profiler, policy, aggregator): the
+    profiler and policy, and an aggregator wired to them, each a real process."""
+
+    def start(config_path: Path, out_dir: Path, *extra: str):
+        profiler = service_factory("profiler", "--config", str(config_path))
+        policy = service_factory("policy")
+        aggregator = service_factory(
+            "aggregator", "--config", str(config_path), "--out", str(out_dir),
+            "--profiler", profiler.target, "--policy", policy.target, *extra,
+        )  # fmt: skip
+        return profiler, policy, aggregator
+
+    return start

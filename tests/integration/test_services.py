@@ -52,27 +52,10 @@ def run_config(tmp_path):
     return path
 
 
-def _stack(service_factory, run_config, out_dir, *extra):
-    """Profiler, policy and an aggregator wired to them, each a real process."""
-    profiler = service_factory("profiler", "--config", str(run_config))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator",
-        "--config",
-        str(run_config),
-        "--out",
-        str(out_dir),
-        "--profiler",
-        profiler.target,
-        "--policy",
-        policy.target,
-        *extra,
-    )
-    return profiler, policy, aggregator
-
-
-def test_each_service_is_healthy_and_reflects_its_contract(service_factory, run_config, tmp_path):
-    profiler, policy, aggregator = _stack(service_factory, run_config, tmp_path / "run")
+def test_each_service_is_healthy_and_reflects_its_contract(
+    service_factory, stack_factory, run_config, tmp_path
+):
+    profiler, policy, aggregator = stack_factory(run_config, tmp_path / "run")
     worker = service_factory(
         "site_worker", "--aggregator", "127.0.0.1:1", "--sites", "site-000", wait_serving=True
     )
@@ -160,8 +143,8 @@ def _upload(stub, header, arrays):
     return stub.UploadDelta(messages(), timeout=30)
 
 
-def test_bad_deltas_are_rejected_and_good_ones_aggregated(service_factory, run_config, tmp_path):
-    _, _, aggregator = _stack(service_factory, run_config, tmp_path / "run", "--metrics-port", "0")
+def test_bad_deltas_are_rejected_and_good_ones_aggregated(stack_factory, run_config, tmp_path):
+    _, _, aggregator = stack_factory(run_config, tmp_path / "run", "--metrics-port", "0")
     with open_channel(aggregator.target) as channel:
         stub = aggregator_pb2_grpc.AggregatorStub(channel)
         reg = _worker_session(stub)

@@ -81,7 +81,7 @@ def _chunk(name, array, index, count, data=None, crc=None, **kw):
 
 
 @pytest.fixture()
-def stack(service_factory, tmp_path):
+def stack(stack_factory, tmp_path):
     config = RunConfig(
         workload="synthetic", num_sites=2, max_rounds=2, seed=3, policy="all",
         target_accuracy=0.999, round_deadline_s=300,
@@ -91,13 +91,9 @@ def stack(service_factory, tmp_path):
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(yaml.safe_dump(TOKENS))
     metrics_port = free_port()
-    profiler = service_factory("profiler", "--config", str(path))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator", "--config", str(path), "--out", str(tmp_path / "run"),
-        "--profiler", profiler.target, "--policy", policy.target,
-        "--site-tokens", str(tokens), "--metrics-port", str(metrics_port),
-    )  # fmt: skip
+    _, _, aggregator = stack_factory(
+        path, tmp_path / "run", "--site-tokens", str(tokens), "--metrics-port", str(metrics_port)
+    )
     return aggregator, metrics_port
 
 

@@ -36,7 +36,7 @@ def test_load_1000_sites_100_uploading(tmp_path):
     assert agg["rss_mb_last"] <= 1.25 * agg["rss_mb_after_round_1"]
 
 
-def test_soak_200_rounds_no_rss_or_fd_growth(service_factory, tmp_path):
+def test_soak_200_rounds_no_rss_or_fd_growth(service_factory, stack_factory, tmp_path):
     rounds = 200
     config = RunConfig(
         workload="synthetic", num_sites=20, max_rounds=rounds, seed=2, policy="random",
@@ -45,12 +45,7 @@ def test_soak_200_rounds_no_rss_or_fd_growth(service_factory, tmp_path):
     path = tmp_path / "run.yaml"
     config.write_yaml(path)
     out = tmp_path / "run"
-    profiler = service_factory("profiler", "--config", str(path))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator", "--config", str(path), "--out", str(out), "--exit-when-done",
-        "--profiler", profiler.target, "--policy", policy.target,
-    )  # fmt: skip
+    _, _, aggregator = stack_factory(path, out, "--exit-when-done")
     for i, sites in enumerate(split_sites(20, 2)):
         service_factory(
             f"site_worker:{i}", "--aggregator", aggregator.target, "--sites", ",".join(sites),

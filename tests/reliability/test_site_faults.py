@@ -49,7 +49,9 @@ def _round_reached(target: str, n: int) -> bool:
         return False
 
 
-def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(service_factory, tmp_path):
+def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(
+    service_factory, stack_factory, tmp_path
+):
     config = RunConfig(
         workload="synthetic",
         num_sites=4,
@@ -63,12 +65,7 @@ def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(service_facto
     path = tmp_path / "run.yaml"
     config.write_yaml(path)
     out = tmp_path / "run"
-    profiler = service_factory("profiler", "--config", str(path))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator", "--config", str(path), "--out", str(out), "--exit-when-done",
-        "--profiler", profiler.target, "--policy", policy.target,
-    )  # fmt: skip
+    _, _, aggregator = stack_factory(path, out, "--exit-when-done")
     groups = split_sites(4, 2)
     worker_args = [
         ["--aggregator", aggregator.target, "--sites", ",".join(sites), "--worker-id", f"w{i}"]
@@ -157,7 +154,9 @@ stub.UploadDelta(messages(), timeout=3600)
 """
 
 
-def test_worker_killed_mid_upload_is_counted_and_round_closes(service_factory, tmp_path):
+def test_worker_killed_mid_upload_is_counted_and_round_closes(
+    service_factory, stack_factory, tmp_path
+):
     """A real process dies with SIGKILL halfway through an upload stream (a scripted
     uploader: a real site worker's tiny synthetic delta is sent too fast to hit)."""
     import subprocess
@@ -173,12 +172,7 @@ def test_worker_killed_mid_upload_is_counted_and_round_closes(service_factory, t
     config.write_yaml(path)
     out = tmp_path / "run"
     metrics = free_port()
-    profiler = service_factory("profiler", "--config", str(path))
-    policy = service_factory("policy")
-    aggregator = service_factory(
-        "aggregator", "--config", str(path), "--out", str(out), "--exit-when-done",
-        "--profiler", profiler.target, "--policy", policy.target, "--metrics-port", str(metrics),
-    )  # fmt: skip
+    _, _, aggregator = stack_factory(path, out, "--exit-when-done", "--metrics-port", str(metrics))
     # the real worker registers (and loads its data) first; the round starts when the
     # scripted uploader, the second site, registers
     service_factory(
