@@ -64,9 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         help="override the workload's local optimiser (the one sites use: sgd, or adamw "
         "for speech)",
     )
+    parser.add_argument(
+        "--cosine",
+        action="store_true",
+        help="decay the lr to 0 along a cosine over --max-steps (a ceiling check: sites use "
+        "a constant lr)",
+    )
     parser.add_argument("--data-dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.cosine and not args.max_steps:
+        parser.error("--cosine needs --max-steps (the length of the decay)")
 
     import torch
 
@@ -89,12 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     params = sum(p.numel() for p in model.parameters())
     args.optimizer = args.optimizer or workload.defaults.optimizer
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.max_steps)
+        if args.cosine
+        else None
+    )
     loss_fn = torch.nn.CrossEntropyLoss()
     test_y = data.test.y
     uniform = 1.0 / data.num_classes
     majority = np.bincount(test_y, minlength=data.num_classes).max() / len(test_y)
     print(
-        f"model {params:,} parameters; {args.optimizer} lr {lr} batch {batch_size}; "
+        f"model {params:,} parameters; {args.optimizer} lr {lr}"
+        f"{' (cosine to 0)' if args.cosine else ''} batch {batch_size}; "
         f"{args.threads} thread(s); {args.minutes} min"
         + (f" or {args.max_steps} steps" if args.max_steps else "")
     )
@@ -123,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             loss = loss_fn(logits, workload.targets(data.train.y[batch]))
             loss.backward()
             optimizer.step()
+            if schedule:
+                schedule.step()
             running.append(float(loss.detach()))
             steps += 1
         train_s += time.monotonic() - start
