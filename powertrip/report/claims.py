@@ -338,9 +338,10 @@ def fastest_claim(
     elif verdict == "unclear" and others:
         ours += f"; cannot rank against {', '.join(others)} (cut off)"
     n = len(times.get(name) or [])
+    ran = len([t for t in times.values() if t])
     return ClaimRow(
         figure,
-        f"{name} is the fastest of {len([t for t in times.values() if t])} policies",
+        f"{name} is the fastest of {ran} policies" if ran else f"{name} is the fastest policy",
         paper,
         ours,
         verdict,
