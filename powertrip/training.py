@@ -38,7 +38,7 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(requested: str) -> str:
-    """"auto" is CUDA when torch has it and a GPU is visible, else the CPU; asking for "cuda"
+    """`auto` is CUDA when torch has it and a GPU is visible, else the CPU; asking for `cuda`
     where there is none is an error that says why, rather than a silent CPU run."""
     if requested not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
