@@ -10,6 +10,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -51,6 +52,20 @@ class Outcome:
         return self.context.table.ids[np.asarray(order, dtype=np.int64)].tolist()
 
 
+#: The SiteProfile fields a policy reads, fetched per profile in one C call (attrgetter):
+#: at 10,000 sites, per-field Python loops over the messages cost more than every policy.
+_PROFILE_NUMBERS = attrgetter(
+    "power_fraction",
+    "distance_miles",
+    "latency_s",
+    "bandwidth_bytes_per_s",
+    "measured_latency_s",
+    "measured_bandwidth_bytes_per_s",
+    "alive",
+)
+_PROFILE_ID = attrgetter("site_id")
+
+
 def site_table(
     profiles, update_size_bytes: float, directions: int, use_measured: bool
 ) -> SiteTable:
@@ -61,22 +76,20 @@ def site_table(
     profiles = list(profiles)
     if not profiles:
         raise PolicyError("no sites in the request")
-    latency = np.array([p.latency_s for p in profiles], dtype=np.float64)
-    bandwidth = np.array([p.bandwidth_bytes_per_s for p in profiles], dtype=np.float64)
+    columns = np.array(list(map(_PROFILE_NUMBERS, profiles)), dtype=np.float64)
+    power, distance, latency, bandwidth, m_lat, m_bw, alive = columns.T
     if use_measured:
-        m_lat = np.array([p.measured_latency_s for p in profiles], dtype=np.float64)
-        m_bw = np.array([p.measured_bandwidth_bytes_per_s for p in profiles], dtype=np.float64)
         latency = np.where(m_lat > 0, m_lat, latency)
         bandwidth = np.where(m_bw > 0, m_bw, bandwidth)
     return SiteTable.build(
-        ids=[p.site_id for p in profiles],
-        power=[p.power_fraction for p in profiles],
-        distance_miles=[p.distance_miles for p in profiles],
+        ids=list(map(_PROFILE_ID, profiles)),
+        power=power,
+        distance_miles=distance,
         latency_s=latency,
         bandwidth_bytes_per_s=bandwidth,
         update_size_bytes=update_size_bytes,
         directions=directions or 2,
-        alive=[p.alive for p in profiles],
+        alive=alive.astype(bool),
     )
 
 

@@ -57,6 +57,9 @@ class SiteTable:
     comm_s: np.ndarray  # directions * (latency + M / B)
     alive: np.ndarray  # bool; dead or zero-power sites are never selected
     id_rank: np.ndarray  # position of each id in sorted order (tie-breaks)
+    by_id: (
+        np.ndarray
+    )  # site indices in id order (id_rank's inverse): stable sorts of it tie-break by id
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -114,6 +117,7 @@ class SiteTable:
             # a site at zero power would take forever (tau / 0): treat it as unavailable
             alive=alive_arr & (power_arr > 0),
             id_rank=id_rank,
+            by_id=sorted_idx,
         )
 
 

@@ -27,7 +27,7 @@ class Radius(Policy):
         note = f"{len(inside)} site(s) within {radius:g} miles"
         if len(inside) == 0:
             # an empty round would stall training; the closest site is the nearest to the rule
-            by_distance = np.lexsort((t.id_rank, t.distance_miles))
+            by_distance = t.by_id[np.argsort(t.distance_miles[t.by_id], kind="stable")]
             inside = by_distance[t.alive[by_distance]][:1]
             note = f"no site within {radius:g} miles; using the closest one"
         return Decision(

@@ -51,11 +51,14 @@ def power_cost_scores(table: SiteTable, update_size_bytes: float, m_ref_bytes: f
 
 def rank_desc(values: np.ndarray, table: SiteTable) -> np.ndarray:
     """Alive site indices by value, highest first; ties broken by site id."""
-    order = np.lexsort((table.id_rank, -values))
-    return order[table.alive[order]]
+    return rank_asc(-np.asarray(values), table)
 
 
 def rank_asc(values: np.ndarray, table: SiteTable) -> np.ndarray:
-    """Alive site indices by value, lowest first; ties broken by site id."""
-    order = np.lexsort((table.id_rank, values))
+    """Alive site indices by value, lowest first; ties broken by site id.
+
+    A stable sort of the sites in id order: the same order as lexsort((id_rank, values)),
+    in about half the time (one key instead of two)."""
+    by_id = table.by_id
+    order = by_id[np.argsort(np.asarray(values)[by_id], kind="stable")]
     return order[table.alive[order]]
