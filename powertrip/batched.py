@@ -81,12 +81,11 @@ def train_sites_vmap(
     device = next(model.parameters()).device  # CPU or CUDA: batches follow the model
     losses = torch.zeros(k, dtype=torch.float64, device=device)
     for step in range(steps):
-        inputs = torch.stack(
-            [workload.inputs(job.x[b[step]]) for job, b in zip(jobs, batches, strict=True)]
-        ).to(device)
-        targets = torch.stack(
-            [workload.targets(job.y[b[step]]) for job, b in zip(jobs, batches, strict=True)]
-        ).to(device)
+        # one (K, batch, ...) array per step, converted once (inputs/targets are elementwise)
+        x = np.stack([job.x[b[step]] for job, b in zip(jobs, batches, strict=True)])
+        y = np.stack([job.y[b[step]] for job, b in zip(jobs, batches, strict=True)])
+        inputs = workload.inputs(x).to(device, non_blocking=True)
+        targets = workload.targets(y).to(device, non_blocking=True)
         grads, loss = step_fn(weights, inputs, targets)
         with torch.no_grad():
             for n in names:
