@@ -185,3 +185,16 @@ def test_training_follows_the_model_device_and_returns_cpu_deltas(trainer):
     for result in results:
         assert all(v.device.type == "cpu" for v in result.delta.values())
         assert any(float(v.abs().max()) > 0 for v in result.delta.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here)")
+def test_femnist_vmap_on_cuda_matches_the_cpu_loop(femnist):
+    """The GPU path of `make bench`'s gpu section: many sites per vmap call on CUDA give the
+    plain CPU loop's updates (looser tolerance: cuDNN picks other summation orders)."""
+    workload, model, jobs, want = femnist
+    gpu_model = workload.build_model().cuda()
+    gpu_model.load_state_dict(model.state_dict())
+    got = train_sites(
+        workload, gpu_model, jobs, steps=3, lr=0.1, batch_size=20, trainer="vmap", site_batch=3
+    )
+    _assert_same_updates(got, want, rtol=1e-3, atol=1e-5)
