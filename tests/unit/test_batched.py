@@ -194,7 +194,12 @@ def test_femnist_vmap_on_cuda_matches_the_cpu_loop(femnist):
     workload, model, jobs, want = femnist
     gpu_model = workload.build_model().cuda()
     gpu_model.load_state_dict(model.state_dict())
-    got = train_sites(
-        workload, gpu_model, jobs, steps=3, lr=0.1, batch_size=20, trainer="vmap", site_batch=3
-    )
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # TF32 convolutions round to 10-bit mantissas
+    try:
+        got = train_sites(
+            workload, gpu_model, jobs, steps=3, lr=0.1, batch_size=20, trainer="vmap", site_batch=3
+        )
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
     _assert_same_updates(got, want, rtol=1e-3, atol=1e-5)
