@@ -28,17 +28,34 @@ sys.path.insert(0, str(ROOT))
 def evaluate(workload, model, x, y, batch_size: int = 250) -> tuple[float, float]:
     import torch
 
+    device = next(model.parameters()).device
     model.eval()
     correct, loss_sum = 0, 0.0
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
     with torch.no_grad():
         for start in range(0, len(y), batch_size):
-            logits = model(workload.inputs(x[start : start + batch_size]))
-            targets = workload.targets(y[start : start + batch_size])
+            logits = model(workload.inputs(x[start : start + batch_size]).to(device))
+            targets = workload.targets(y[start : start + batch_size]).to(device)
             loss_sum += float(loss_fn(logits, targets))
             correct += int((logits.argmax(dim=1) == targets).sum())
     model.train()
     return correct / len(y), loss_sum / len(y)
+
+
+def jitter(images, pixels: float):
+    """Random small shifts and rotations of a (N, C, H, W) batch, zero (background) fill."""
+    import torch
+    import torch.nn.functional as F
+
+    n, _, height, _ = images.shape
+    angle = (torch.rand(n, device=images.device) * 2 - 1) * (pixels * 4) * torch.pi / 180
+    shift = (torch.rand(n, 2, device=images.device) * 2 - 1) * pixels * 2 / height
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    theta = torch.stack(
+        [torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1
+    )
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, align_corners=False, padding_mode="zeros")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +87,36 @@ def main(argv: list[str] | None = None) -> int:
         help="decay the lr to 0 along a cosine over --max-steps (a ceiling check: sites use "
         "a constant lr)",
     )
+    parser.add_argument(
+        "--weight-decay",
+        type=float,
+        default=0.0,
+        help="L2 / decoupled weight decay (ceiling check)",
+    )
+    parser.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (ceiling check)")
+    parser.add_argument(
+        "--label-smoothing", type=float, default=0.0, help="cross-entropy label smoothing"
+    )
+    parser.add_argument(
+        "--augment",
+        type=float,
+        default=0.0,
+        metavar="PIXELS",
+        help="images only: shift each training image by up to this many pixels, with up to "
+        "PIXELS x 4 degrees of rotation (a training recipe; the model is unchanged)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     parser.add_argument("--data-dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.cosine and not args.max_steps:
         parser.error("--cosine needs --max-steps (the length of the decay)")
+    if args.augment and args.workload != "femnist":
+        parser.error("--augment shifts images: it applies to femnist only")
 
     import torch
 
-    from powertrip.training import eval_subset, make_optimizer
+    from powertrip.training import OPTIMIZERS, eval_subset, resolve_device
     from powertrip.workloads import get_workload
 
     torch.set_num_threads(args.threads)
@@ -93,22 +131,30 @@ def main(argv: list[str] | None = None) -> int:
         f"(loaded in {time.monotonic() - t0:.1f}s from {data.source})"
     )
     torch.manual_seed(args.seed)
-    model = workload.build_model()
+    device = resolve_device(args.device)
+    model = workload.build_model().to(device)
     params = sum(p.numel() for p in model.parameters())
     args.optimizer = args.optimizer or workload.defaults.optimizer
-    optimizer = make_optimizer(args.optimizer, model.parameters(), lr)
+    extra = {"weight_decay": args.weight_decay}
+    if args.optimizer == "sgd":
+        extra["momentum"] = args.momentum
+    optimizer = OPTIMIZERS[args.optimizer](model.parameters(), lr=lr, **extra)
     schedule = (
         torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.max_steps)
         if args.cosine
         else None
     )
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     test_y = data.test.y
     uniform = 1.0 / data.num_classes
     majority = np.bincount(test_y, minlength=data.num_classes).max() / len(test_y)
     print(
         f"model {params:,} parameters; {args.optimizer} lr {lr}"
-        f"{' (cosine to 0)' if args.cosine else ''} batch {batch_size}; "
+        f"{' (cosine to 0)' if args.cosine else ''} batch {batch_size}"
+        f"{f'; weight decay {args.weight_decay}' if args.weight_decay else ''}"
+        f"{f'; momentum {args.momentum}' if args.momentum else ''}"
+        f"{f'; label smoothing {args.label_smoothing}' if args.label_smoothing else ''}"
+        f"{f'; augment +-{args.augment:g} px' if args.augment else ''}; {device}; "
         f"{args.threads} thread(s); {args.minutes} min"
         + (f" or {args.max_steps} steps" if args.max_steps else "")
     )
@@ -133,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             batch = order[pos : pos + batch_size]
             pos += batch_size
             optimizer.zero_grad(set_to_none=True)
-            logits = model(workload.inputs(data.train.x[batch]))
-            loss = loss_fn(logits, workload.targets(data.train.y[batch]))
+            inputs = workload.inputs(data.train.x[batch]).to(device)
+            if args.augment:
+                inputs = jitter(inputs, args.augment)
+            logits = model(inputs)
+            loss = loss_fn(logits, workload.targets(data.train.y[batch]).to(device))
             loss.backward()
             optimizer.step()
             if schedule:
