@@ -33,7 +33,12 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="site power: U[0.1, 1] drawn once, or Google PowerData 2019 replay",
     )
     parser.add_argument("--estimator", choices=("paper", "clock"), help="round-time estimator")
-    parser.add_argument("--workers", type=int, help="site-worker processes (default 2)")
+    parser.add_argument("--workers", type=int, help="site-worker processes (default 1)")
+    parser.add_argument(
+        "--train-threads",
+        type=int,
+        help="sites each worker trains at once, a thread each (default 0: one per CPU core)",
+    )
     parser.add_argument(
         "--trainer",
         choices=("loop", "vmap"),
@@ -135,6 +140,7 @@ def load_config(args: argparse.Namespace) -> RunConfig:
             "power",
             "estimator",
             "workers",
+            "train_threads",
             "trainer",
             "site_batch",
             "data_dir",

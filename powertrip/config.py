@@ -49,8 +49,12 @@ class RunConfig:
     min_distance_miles: float = 100.0
     max_distance_miles: float = 10_000.0
     reference_bandwidth_gbps: float = 10.0  # at 100 miles; bandwidth ~ 1/distance
-    workers: int = 2  # site-worker processes in the embedded deployment
-    threads_per_worker: int = 1
+    workers: int = 1  # site-worker processes in the embedded deployment
+    threads_per_worker: int = 1  # torch intra-op threads per training thread
+    #: sites each worker trains at once, one thread and model replica each; 0 = one per CPU
+    #: core. One worker with a thread per core stays busy however a round's selection falls,
+    #: where a process per core idles one when the selection splits unevenly between them.
+    train_threads: int = 0
     #: how a worker trains its virtual sites: "loop" (one after another) or "vmap"
     #: (`site_batch` sites per forward/backward); the same math either way (bench/RESULTS.md)
     trainer: str = "loop"
@@ -167,6 +171,11 @@ class RunConfig:
         need(self.gpus_per_site >= 1, "gpus_per_site", f"must be >= 1, got {self.gpus_per_site}")
         need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
+        need(
+            self.train_threads >= 0,
+            "train_threads",
+            f"must be >= 0 (0 = one per CPU core), got {self.train_threads}",
+        )
         need(
             self.trainer in TRAINERS,
             "trainer",

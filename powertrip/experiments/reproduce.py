@@ -317,7 +317,14 @@ def arm_config(config: RunConfig, arm: Arm) -> RunConfig:
 
 # ---- resumability ----------------------------------------------------------------------
 #: settings that may differ between a finished run and a re-plan without invalidating it
-_VOLATILE = ("max_sim_hours", "workers", "threads_per_worker", "data_dir", "round_deadline_s")
+_VOLATILE = (
+    "max_sim_hours",
+    "workers",
+    "threads_per_worker",
+    "train_threads",
+    "data_dir",
+    "round_deadline_s",
+)
 
 
 def is_done(run_dir: Path, config: RunConfig) -> bool:

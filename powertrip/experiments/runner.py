@@ -93,6 +93,8 @@ def run_once(
                         f"worker-{w}",
                         "--threads",
                         str(config.threads_per_worker),
+                        "--train-threads",
+                        str(config.train_threads),
                         "--trainer",
                         config.trainer,
                         "--site-batch",

@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument(
+        "--train-threads",
+        type=int,
+        default=1,
+        help="sites trained at once, each in its own thread on its own model replica "
+        "(0 = one per CPU core; on a CPU, pair with --threads 1)",
+    )
+    parser.add_argument(
         "--trainer",
         choices=TRAINERS,
         default="loop",
@@ -121,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.site_batch < 1:
         parser.error(f"--site-batch must be >= 1, got {args.site_batch}")
+    if args.train_threads < 0:
+        parser.error(
+            f"--train-threads must be >= 0 (0 = one per CPU core), got {args.train_threads}"
+        )
+    train_threads = args.train_threads or os.cpu_count() or 1
     setup_logging(args.log_level, SPEC.name)
     try:
         device = resolve_device(args.device)
@@ -171,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         site_ids=sites,
         site_count=args.site_count,
         threads=args.threads,
+        train_threads=train_threads,
         trainer=args.trainer,
         site_batch=args.site_batch,
         channels_last=args.channels_last,

@@ -11,7 +11,8 @@ class WorkerConfig:
     worker_id: str
     site_ids: list[str] = field(default_factory=list)  # empty: ask for `site_count`
     site_count: int = 1
-    threads: int = 1
+    threads: int = 1  # torch intra-op threads per training thread
+    train_threads: int = 1  # groups of sites trained at once, one model replica each
     trainer: str = "loop"  # "loop" or "vmap" (powertrip.batched)
     site_batch: int = 1  # sites per vmap call
     channels_last: bool = True

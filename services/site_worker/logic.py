@@ -1,12 +1,23 @@
 """What a worker does: register, long-poll, download the model once per version, train
-each of its virtual sites on that site's own partition, stream the delta back."""
+each of its virtual sites on that site's own partition, stream the delta back.
+
+With `train_threads` > 1 the worker trains that many groups of sites at once, each on its
+own model replica in its own thread (torch releases the GIL inside its kernels), and each
+thread uploads its deltas while the others train. One worker with a thread per core keeps
+every core busy whichever of its sites a round selects; one process per core idles a core
+whenever a selection falls unevenly between the processes.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 
 import grpc
 import numpy as np
@@ -37,6 +48,7 @@ class SiteWorker:
         self.counters = WorkerCounters()
         self.site_ids: list[str] = []
         self._stop = False
+        self._count_lock = threading.Lock()
         torch.set_num_threads(config.threads)
 
     def stop(self) -> None:
@@ -72,7 +84,10 @@ class SiteWorker:
         partition = self.workload.partition(dataset, spec.num_sites, spec.seed)
         self.train_x, self.train_y = dataset.train.x, dataset.train.y
         self.site_data = {s: partition.site_indices[site_index(s)] for s in self.site_ids}
-        self.model = self.workload.build_model().to(self.config.device)
+        # one replica per training thread; a thread takes a free one for each group
+        self.replicas: queue.SimpleQueue[torch.nn.Module] = queue.SimpleQueue()
+        for _ in range(self.config.train_threads):
+            self.replicas.put(self.workload.build_model().to(self.config.device))
         log.info("%s: %d site(s), %s", self.config.worker_id, len(self.site_ids), partition.note)
 
     # ---- work --------------------------------------------------------------------------
@@ -91,8 +106,15 @@ class SiteWorker:
 
         With the vmap trainer up to `site_batch` sites go through one forward/backward; the
         wall time of a batched call is split evenly between its sites."""
+        model = self.replicas.get()
+        try:
+            return self._train_on(model, tasks, weights)
+        finally:
+            self.replicas.put(model)
+
+    def _train_on(self, model: torch.nn.Module, tasks: list, weights: dict) -> list:
         # load_state_dict copies into the parameters, so the received arrays can be used as is
-        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
         jobs = []
         for task in tasks:
             if task.data_scope == aggregator_pb2.DATA_SCOPE_POOLED:
@@ -105,7 +127,7 @@ class SiteWorker:
         start = time.monotonic()
         results = train_sites(
             self.workload,
-            self.model,
+            model,
             jobs,
             steps=first.local_steps,
             lr=first.lr,
@@ -157,7 +179,8 @@ class SiteWorker:
             yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest)
 
         stub.UploadDelta(messages(), timeout=deadline_for(nbytes))
-        self.counters.bytes_up += nbytes
+        with self._count_lock:  # training threads upload concurrently
+            self.counters.bytes_up += nbytes
 
     def run(self) -> int:
         """Work until the aggregator says the run is over; return an exit code."""
@@ -168,38 +191,59 @@ class SiteWorker:
             self.load_data(reply.spec)
             session = reply.session_token
             self.counters.state = "working"
-            cached: tuple[int, dict[str, np.ndarray]] | None = None
-            while not self._stop:
-                try:
-                    polled = stub.NextTask(
-                        aggregator_pb2.NextTaskRequest(
-                            worker_id=self.config.worker_id,
-                            wait_s=self.config.poll_s,
-                            session_token=session,
-                        ),
-                        timeout=self.config.poll_s + 10,
-                    )
-                except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                        log.info("aggregator unavailable; the run is over or restarting")
-                        self.counters.state = "done"
-                        return 0
-                    raise
-                if polled.shutdown:
+            threads = self.config.train_threads
+            pool = ThreadPoolExecutor(threads, "train") if threads > 1 else None
+            try:
+                return self._work(stub, session, pool)
+            finally:
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+
+    def _work(self, stub, session: str, pool: ThreadPoolExecutor | None) -> int:
+        """Long-poll for tasks and do them until the aggregator says the run is over."""
+        cached: tuple[int, dict[str, np.ndarray]] | None = None
+        while not self._stop:
+            try:
+                polled = stub.NextTask(
+                    aggregator_pb2.NextTaskRequest(
+                        worker_id=self.config.worker_id,
+                        wait_s=self.config.poll_s,
+                        session_token=session,
+                    ),
+                    timeout=self.config.poll_s + 10,
+                )
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    log.info("aggregator unavailable; the run is over or restarting")
                     self.counters.state = "done"
-                    log.info("run finished; %d task(s) done", self.counters.tasks_done)
                     return 0
-                for group in self.task_groups(polled.tasks):
-                    version = group[0].model_version
-                    if cached is None or cached[0] != version:
-                        cached = (version, self.download(stub, session, version))
-                    for task, (result, wall_s) in zip(
-                        group, self.train(group, cached[1]), strict=True
-                    ):
-                        try:
-                            self.upload(stub, session, task, result, wall_s)
-                        except grpc.RpcError as exc:
-                            log.warning("upload for %s rejected: %s", task.task_id, exc.details())
-                            continue
-                        self.counters.tasks_done += 1
+                raise
+            if polled.shutdown:
+                self.counters.state = "done"
+                log.info("run finished; %d task(s) done", self.counters.tasks_done)
+                return 0
+            groups = self.task_groups(polled.tasks)
+            for version in dict.fromkeys(group[0].model_version for group in groups):
+                if cached is None or cached[0] != version:
+                    cached = (version, self.download(stub, session, version))
+                weights = cached[1]
+                same = [group for group in groups if group[0].model_version == version]
+                if pool is None:
+                    for group in same:
+                        self.train_and_upload(stub, session, group, weights)
+                else:  # list() waits for every group and re-raises the first failure here
+                    args = (repeat(stub), repeat(session), same, repeat(weights))
+                    list(pool.map(self.train_and_upload, *args))
         return 0
+
+    def train_and_upload(self, stub, session: str, group: list, weights: dict) -> None:
+        """Train one group of tasks and upload each delta; a rejected upload is logged and
+        skipped (the aggregator has already counted it and closes the round without it)."""
+        for task, (result, wall_s) in zip(group, self.train(group, weights), strict=True):
+            try:
+                self.upload(stub, session, task, result, wall_s)
+            except grpc.RpcError as exc:
+                log.warning("upload for %s rejected: %s", task.task_id, exc.details())
+                continue
+            with self._count_lock:
+                self.counters.tasks_done += 1
