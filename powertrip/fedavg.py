@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import torch
 
 
 def weighted_average(
@@ -46,20 +47,21 @@ _BLOCK = 1 << 17  # elements: a 1 MiB float64 scratch, reused, stays in L2/L3 ca
 def _accumulate(acc: np.ndarray, delta: np.ndarray, weight: float, scratch: np.ndarray) -> None:
     """acc += float64(delta) * weight, a cache-sized block at a time.
 
-    The same float64 operations per element as a whole-tensor multiply and add (so the
-    result is bit-identical), but the temporary is one small reused block instead of a
-    float64 copy of the model: the aggregator's memory stays ~1x the float64 accumulator.
-    Three same-dtype passes over the cached block (widen, scale, add) beat one mixed-dtype
-    multiply, which numpy runs through its slower casting loop.
+    The temporary is one small reused block instead of a float64 copy of the model, so the
+    aggregator's memory stays ~1x the float64 accumulator. Per block: widen float32 to
+    float64 (exact), then one fused multiply-add (torch's `add_(alpha=)`, vectorised) over
+    the cached block; numpy needs a mixed-dtype multiply (its slow casting loop) or three
+    passes. Element-wise and in a fixed order, so the result does not depend on threads.
     """
-    flat_acc, flat_delta = acc.reshape(-1), np.asarray(delta).reshape(-1)
-    w = np.float64(weight)
-    for start in range(0, flat_acc.size, _BLOCK):
-        stop = min(start + _BLOCK, flat_acc.size)
-        buf = scratch[: stop - start]
-        np.copyto(buf, flat_delta[start:stop])  # float32 -> float64, exact
-        buf *= w
-        flat_acc[start:stop] += buf
+    flat_acc = torch.from_numpy(acc.reshape(-1))
+    flat_delta = torch.from_numpy(np.ascontiguousarray(delta).reshape(-1))
+    buffer = torch.from_numpy(scratch)
+    w = float(weight)
+    for start in range(0, flat_acc.numel(), _BLOCK):
+        stop = min(start + _BLOCK, flat_acc.numel())
+        block = buffer[: stop - start]
+        block.copy_(flat_delta[start:stop])
+        flat_acc[start:stop].add_(block, alpha=w)
 
 
 class StreamingFedAvg:
