@@ -512,6 +512,19 @@ def fedavg_child(num_deltas: int) -> dict:
 
 
 # ---- SelectSites ----------------------------------------------------------------------------
+def _select_times(stub, request, calls: int, label: str) -> dict:
+    """p99 and median milliseconds of `calls` SelectSites calls, keyed by `label`."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        stub.SelectSites(request, timeout=60)
+        times.append((time.perf_counter() - start) * 1000)
+    return {
+        f"select_ms_p99_{label}": float(np.percentile(times, 99)),
+        f"select_ms_median_{label}": float(np.median(times)),
+    }
+
+
 def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
     from powertrip.experiments.launcher import start_service
     from powertrip.profiles import PopulationSpec, generate_population
@@ -547,22 +560,10 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
                     shadow=True,
                 )
                 stub.SelectSites(request, timeout=60)  # warm-up
-                times = []
-                for _ in range(calls):
-                    start = time.perf_counter()
-                    stub.SelectSites(request, timeout=60)
-                    times.append((time.perf_counter() - start) * 1000)
-                out[f"select_ms_p99_{n}"] = float(np.percentile(times, 99))
-                out[f"select_ms_median_{n}"] = float(np.median(times))
+                out.update(_select_times(stub, request, calls, str(n)))
             # the same at the largest size without the 7 shadow decisions (shadow=False)
             request.shadow = False
-            times = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                stub.SelectSites(request, timeout=60)
-                times.append((time.perf_counter() - start) * 1000)
-            out[f"select_ms_p99_{sizes[-1]}_no_shadows"] = float(np.percentile(times, 99))
-            out[f"select_ms_median_{sizes[-1]}_no_shadows"] = float(np.median(times))
+            out.update(_select_times(stub, request, calls, f"{sizes[-1]}_no_shadows"))
     finally:
         service.stop()
     return out
