@@ -526,11 +526,17 @@ def _select_times(stub, request, calls: int, label: str) -> dict:
 
 
 def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
+    """SelectSites over gRPC as the aggregator calls it (the sites as SiteColumns, with the
+    7 shadow decisions), at each size; at the largest, also without shadows and with the
+    sites as one SiteProfile message each (the contract's other form)."""
     from powertrip.experiments.launcher import start_service
+    from powertrip.heap import keep_buffers_on_heap
     from powertrip.profiles import PopulationSpec, generate_population
     from powertrip.rpc.channels import open_channel
+    from powertrip.sitecolumns import columns_from_profiles
     from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 
+    keep_buffers_on_heap()  # this process plays the aggregator, whose set-up does the same
     out = {}
     service = start_service("policy", [], log_dir)
     try:
@@ -544,6 +550,9 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
                         distance_miles=s.distance_miles,
                         latency_s=s.latency_s,
                         bandwidth_bytes_per_s=s.bandwidth_bytes_per_s,
+                        gpus_available=s.gpus_available,
+                        gpus_effective=int(s.power_fraction * s.gpus_available),
+                        power_source="uniform",
                         alive=True,
                     )
                     for s in generate_population(PopulationSpec(num_sites=n, seed=0))
@@ -551,7 +560,7 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
                 history = [common_pb2.RoundRecord(round=1, k=max(2, n // 20), accuracy=0.1)]
                 request = policy_pb2.SelectSitesRequest(
                     policy="powertrip",
-                    sites=sites,
+                    site_columns=columns_from_profiles(sites),
                     history=history,
                     update_size_bytes=1.5e9,
                     tau_s=60,
@@ -564,6 +573,12 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
             # the same at the largest size without the 7 shadow decisions (shadow=False)
             request.shadow = False
             out.update(_select_times(stub, request, calls, f"{sizes[-1]}_no_shadows"))
+            # and with shadows, the sites as messages (what callers outside the aggregator
+            # may send)
+            request.shadow = True
+            request.ClearField("site_columns")
+            request.sites.extend(sites)
+            out.update(_select_times(stub, request, calls, f"{sizes[-1]}_messages"))
     finally:
         service.stop()
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from powertrip.heap import keep_buffers_on_heap
 from powertrip.rpc.server import PortInUseError, RunningServer, start_server, wait_for_termination
 from powertrip.rpc.tls import TlsError, add_tls_flags, load_tls
 
@@ -70,7 +71,10 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
     return tls.channel_credentials() if tls else None
 
 
-def setup_logging(level: str, name: str) -> None:
+def setup_process(level: str, name: str) -> None:
+    """Logging in one format for every service, and the process set-up they all share: large
+    message buffers kept on the heap (`powertrip.heap`)."""
+    keep_buffers_on_heap()
     logging.basicConfig(
         level=getattr(logging, str(level).upper(), logging.INFO),
         format=f"%(asctime)s {name} %(levelname)s %(message)s",

@@ -52,6 +52,32 @@ class SiteProfile(_message.Message):
     alive: bool
     def __init__(self, site_id: _Optional[str] = ..., power_fraction: _Optional[float] = ..., distance_miles: _Optional[float] = ..., latency_s: _Optional[float] = ..., bandwidth_bytes_per_s: _Optional[float] = ..., measured_latency_s: _Optional[float] = ..., measured_bandwidth_bytes_per_s: _Optional[float] = ..., gpus_available: _Optional[int] = ..., gpus_effective: _Optional[int] = ..., power_source: _Optional[str] = ..., alive: bool = ...) -> None: ...
 
+class SiteColumns(_message.Message):
+    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "alive", "power_source")
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    POWER_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_MILES_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_BANDWIDTH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPUS_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    POWER_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    site_id: _containers.RepeatedScalarFieldContainer[str]
+    power_fraction: _containers.RepeatedScalarFieldContainer[float]
+    distance_miles: _containers.RepeatedScalarFieldContainer[float]
+    latency_s: _containers.RepeatedScalarFieldContainer[float]
+    bandwidth_bytes_per_s: _containers.RepeatedScalarFieldContainer[float]
+    measured_latency_s: _containers.RepeatedScalarFieldContainer[float]
+    measured_bandwidth_bytes_per_s: _containers.RepeatedScalarFieldContainer[float]
+    gpus_available: _containers.RepeatedScalarFieldContainer[int]
+    gpus_effective: _containers.RepeatedScalarFieldContainer[int]
+    alive: _containers.RepeatedScalarFieldContainer[bool]
+    power_source: str
+    def __init__(self, site_id: _Optional[_Iterable[str]] = ..., power_fraction: _Optional[_Iterable[float]] = ..., distance_miles: _Optional[_Iterable[float]] = ..., latency_s: _Optional[_Iterable[float]] = ..., bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., measured_latency_s: _Optional[_Iterable[float]] = ..., measured_bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., gpus_available: _Optional[_Iterable[int]] = ..., gpus_effective: _Optional[_Iterable[int]] = ..., alive: _Optional[_Iterable[bool]] = ..., power_source: _Optional[str] = ...) -> None: ...
+
 class RoundRecord(_message.Message):
     __slots__ = ("round", "k", "accuracy", "round_time_s", "predicted_round_time_s", "sim_time_s")
     ROUND_FIELD_NUMBER: _ClassVar[int]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from powertrip.v1 import common_pb2 as powertrip_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpowertrip/v1/profiler.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"4\n\x12GetProfilesRequest\x12\x0c\n\x04\x61t_s\x18\x01 \x01(\x01\x12\x10\n\x08site_ids\x18\x02 \x03(\t\"a\n\x13GetProfilesResponse\x12(\n\x05sites\x18\x01 \x03(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\x12\n\npower_mode\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"\x92\x01\n\tTelemetry\x12\x0f\n\x07site_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x14\n\x0cpower_draw_w\x18\x03 \x01(\x01\x12\x13\n\x0bstep_time_s\x18\x04 \x01(\x01\x12\x10\n\x08\x62ytes_up\x18\x05 \x01(\x04\x12\x12\n\nbytes_down\x18\x06 \x01(\x04\x12\x10\n\x08\x65nergy_j\x18\x07 \x01(\x01\"\x1a\n\x0cTelemetryAck\x12\n\n\x02ok\x18\x01 \x01(\x08\"6\n\x10\x43laimSiteRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07site_id\x18\x02 \x01(\t\"l\n\x11\x43laimSiteResponse\x12\'\n\x04site\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\x15\n\rlatency_scale\x18\x02 \x01(\x01\x12\x17\n\x0f\x62\x61ndwidth_scale\x18\x03 \x01(\x01\"O\n\x12MeasureLinkRequest\x12\x0f\n\x07site_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x15\n\rprobe_address\x18\x03 \x01(\t\"b\n\x13MeasureLinkResponse\x12\'\n\x04site\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\r\n\x05rtt_s\x18\x02 \x01(\x01\x12\x13\n\x0bprobe_bytes\x18\x03 \x01(\r2\xc8\x02\n\x08Profiler\x12R\n\x0bGetProfiles\x12 .powertrip.v1.GetProfilesRequest\x1a!.powertrip.v1.GetProfilesResponse\x12\x46\n\x0fReportTelemetry\x12\x17.powertrip.v1.Telemetry\x1a\x1a.powertrip.v1.TelemetryAck\x12L\n\tClaimSite\x12\x1e.powertrip.v1.ClaimSiteRequest\x1a\x1f.powertrip.v1.ClaimSiteResponse\x12R\n\x0bMeasureLink\x12 .powertrip.v1.MeasureLinkRequest\x1a!.powertrip.v1.MeasureLinkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpowertrip/v1/profiler.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"F\n\x12GetProfilesRequest\x12\x0c\n\x04\x61t_s\x18\x01 \x01(\x01\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12\x10\n\x08\x63olumnar\x18\x03 \x01(\x08\"\x8d\x01\n\x13GetProfilesResponse\x12(\n\x05sites\x18\x01 \x03(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\x12\n\npower_mode\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12*\n\x07\x63olumns\x18\x04 \x01(\x0b\x32\x19.powertrip.v1.SiteColumns\"\x92\x01\n\tTelemetry\x12\x0f\n\x07site_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x14\n\x0cpower_draw_w\x18\x03 \x01(\x01\x12\x13\n\x0bstep_time_s\x18\x04 \x01(\x01\x12\x10\n\x08\x62ytes_up\x18\x05 \x01(\x04\x12\x12\n\nbytes_down\x18\x06 \x01(\x04\x12\x10\n\x08\x65nergy_j\x18\x07 \x01(\x01\"\x1a\n\x0cTelemetryAck\x12\n\n\x02ok\x18\x01 \x01(\x08\"6\n\x10\x43laimSiteRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07site_id\x18\x02 \x01(\t\"l\n\x11\x43laimSiteResponse\x12\'\n\x04site\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\x15\n\rlatency_scale\x18\x02 \x01(\x01\x12\x17\n\x0f\x62\x61ndwidth_scale\x18\x03 \x01(\x01\"O\n\x12MeasureLinkRequest\x12\x0f\n\x07site_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x15\n\rprobe_address\x18\x03 \x01(\t\"b\n\x13MeasureLinkResponse\x12\'\n\x04site\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.SiteProfile\x12\r\n\x05rtt_s\x18\x02 \x01(\x01\x12\x13\n\x0bprobe_bytes\x18\x03 \x01(\r2\xc8\x02\n\x08Profiler\x12R\n\x0bGetProfiles\x12 .powertrip.v1.GetProfilesRequest\x1a!.powertrip.v1.GetProfilesResponse\x12\x46\n\x0fReportTelemetry\x12\x17.powertrip.v1.Telemetry\x1a\x1a.powertrip.v1.TelemetryAck\x12L\n\tClaimSite\x12\x1e.powertrip.v1.ClaimSiteRequest\x1a\x1f.powertrip.v1.ClaimSiteResponse\x12R\n\x0bMeasureLink\x12 .powertrip.v1.MeasureLinkRequest\x1a!.powertrip.v1.MeasureLinkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'powertrip.v1.profiler_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETPROFILESREQUEST']._serialized_start=72
-  _globals['_GETPROFILESREQUEST']._serialized_end=124
-  _globals['_GETPROFILESRESPONSE']._serialized_start=126
-  _globals['_GETPROFILESRESPONSE']._serialized_end=223
-  _globals['_TELEMETRY']._serialized_start=226
-  _globals['_TELEMETRY']._serialized_end=372
-  _globals['_TELEMETRYACK']._serialized_start=374
-  _globals['_TELEMETRYACK']._serialized_end=400
-  _globals['_CLAIMSITEREQUEST']._serialized_start=402
-  _globals['_CLAIMSITEREQUEST']._serialized_end=456
-  _globals['_CLAIMSITERESPONSE']._serialized_start=458
-  _globals['_CLAIMSITERESPONSE']._serialized_end=566
-  _globals['_MEASURELINKREQUEST']._serialized_start=568
-  _globals['_MEASURELINKREQUEST']._serialized_end=647
-  _globals['_MEASURELINKRESPONSE']._serialized_start=649
-  _globals['_MEASURELINKRESPONSE']._serialized_end=747
-  _globals['_PROFILER']._serialized_start=750
-  _globals['_PROFILER']._serialized_end=1078
+  _globals['_GETPROFILESREQUEST']._serialized_end=142
+  _globals['_GETPROFILESRESPONSE']._serialized_start=145
+  _globals['_GETPROFILESRESPONSE']._serialized_end=286
+  _globals['_TELEMETRY']._serialized_start=289
+  _globals['_TELEMETRY']._serialized_end=435
+  _globals['_TELEMETRYACK']._serialized_start=437
+  _globals['_TELEMETRYACK']._serialized_end=463
+  _globals['_CLAIMSITEREQUEST']._serialized_start=465
+  _globals['_CLAIMSITEREQUEST']._serialized_end=519
+  _globals['_CLAIMSITERESPONSE']._serialized_start=521
+  _globals['_CLAIMSITERESPONSE']._serialized_end=629
+  _globals['_MEASURELINKREQUEST']._serialized_start=631
+  _globals['_MEASURELINKREQUEST']._serialized_end=710
+  _globals['_MEASURELINKRESPONSE']._serialized_start=712
+  _globals['_MEASURELINKRESPONSE']._serialized_end=810
+  _globals['_PROFILER']._serialized_start=813
+  _globals['_PROFILER']._serialized_end=1141
 # @@protoc_insertion_point(module_scope)

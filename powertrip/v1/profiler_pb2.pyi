@@ -8,22 +8,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetProfilesRequest(_message.Message):
-    __slots__ = ("at_s", "site_ids")
+    __slots__ = ("at_s", "site_ids", "columnar")
     AT_S_FIELD_NUMBER: _ClassVar[int]
     SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
     at_s: float
     site_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, at_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    columnar: bool
+    def __init__(self, at_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ..., columnar: bool = ...) -> None: ...
 
 class GetProfilesResponse(_message.Message):
-    __slots__ = ("sites", "power_mode", "seed")
+    __slots__ = ("sites", "power_mode", "seed", "columns")
     SITES_FIELD_NUMBER: _ClassVar[int]
     POWER_MODE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     sites: _containers.RepeatedCompositeFieldContainer[_common_pb2.SiteProfile]
     power_mode: str
     seed: int
-    def __init__(self, sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., power_mode: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+    columns: _common_pb2.SiteColumns
+    def __init__(self, sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., power_mode: _Optional[str] = ..., seed: _Optional[int] = ..., columns: _Optional[_Union[_common_pb2.SiteColumns, _Mapping]] = ...) -> None: ...
 
 class Telemetry(_message.Message):
     __slots__ = ("site_id", "worker_id", "power_draw_w", "step_time_s", "bytes_up", "bytes_down", "energy_j")

@@ -15,7 +15,7 @@ from powertrip.service import (
     base_parser,
     channel_credentials,
     serve,
-    setup_logging,
+    setup_process,
 )
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         help="continue from the last checkpoint in --out (start fresh if there is none)",
     )
     args = parser.parse_args(argv)
-    setup_logging(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run.validate()

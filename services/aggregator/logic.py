@@ -21,6 +21,13 @@ from powertrip.fedavg import StreamingFedAvg, apply_delta
 from powertrip.profiles import site_id as make_site_id
 from powertrip.profiles import site_index
 from powertrip.rpc.channels import open_channel
+from powertrip.sitecolumns import (
+    ColumnsError,
+    columns_from_profiles,
+    num_sites,
+    profile_at,
+    row_of,
+)
 from powertrip.timemodel import SiteTime, comm_time_from_latency_s, compute_time_s, round_time
 from powertrip.training import eval_subset, evaluate, site_seed
 from powertrip.v1 import (
@@ -173,7 +180,7 @@ class RoundLoop:
         self.result = LoopResult()
         self.start_round = 1
         # last good answers of the dependencies, reused while they are down
-        self.last_profiles: list[common_pb2.SiteProfile] | None = None
+        self.last_profiles: common_pb2.SiteColumns | None = None
         self.last_selection: policy_pb2.Selection | None = None
         # Evaluation runs while the site workers wait for the next round, so it may use
         # every core the workers use between them.
@@ -227,10 +234,10 @@ class RoundLoop:
                 base64.b64decode(saved["last_selection"])
             )
         if saved.get("last_profiles"):
-            self.last_profiles = list(
+            self.last_profiles = _columns_of(
                 profiler_pb2.GetProfilesResponse.FromString(
                     base64.b64decode(saved["last_profiles"])
-                ).sites
+                )
             )
         if self.result.history:
             with self.state.lock:
@@ -256,11 +263,11 @@ class RoundLoop:
             )
 
     # ---- one round ---------------------------------------------------------------------
-    def select(self, round_no: int, profiles) -> policy_pb2.Selection:
+    def select(self, round_no: int, profiles: common_pb2.SiteColumns) -> policy_pb2.Selection:
         request = policy_pb2.SelectSitesRequest(
             policy=self.run.policy,
             params=self.run.policy_params,
-            sites=profiles,
+            site_columns=profiles,
             history=self.result.history,
             update_size_bytes=self.run.update_size_bytes,
             tau_s=self.run.tau_s,
@@ -284,7 +291,7 @@ class RoundLoop:
 
     def _fallback_selection(self, round_no: int, profiles, exc) -> policy_pb2.Selection:
         """The policy is down: reuse its last good selection, minus sites now dead."""
-        alive = {p.site_id for p in profiles if p.alive}
+        alive = {site for site, ok in zip(profiles.site_id, profiles.alive, strict=True) if ok}
         last = self.last_selection
         if last is None or not alive.intersection(last.site_ids):
             raise RunFailed(f"{exc}; no earlier selection to fall back on") from None
@@ -303,33 +310,33 @@ class RoundLoop:
         )
         return selection
 
-    def profiles(self, at_s: float) -> list[common_pb2.SiteProfile]:
-        """Profiles at `at_s` with dead sites marked; the last good ones if the profiler is down."""
+    def profiles(self, at_s: float) -> common_pb2.SiteColumns:
+        """Profiles at `at_s` as columns with dead sites marked; the last good ones if the
+        profiler is down."""
         try:
-            sites = list(
+            columns = _columns_of(
                 _retry(
                     lambda: self.profiler.GetProfiles(
-                        profiler_pb2.GetProfilesRequest(at_s=at_s), timeout=30
+                        profiler_pb2.GetProfilesRequest(at_s=at_s, columnar=True), timeout=30
                     ),
                     "profiler.GetProfiles",
                     on_retry=lambda: self.metrics.dependency_retries.labels("profiler").inc(),
-                ).sites
+                )
             )
-            self.last_profiles = sites
+            self.last_profiles = columns
         except DependencyDown as exc:
             if self.last_profiles is None:
                 raise RunFailed(f"{exc}; no earlier profiles to fall back on") from None
             self.metrics.profiler_fallbacks.inc()
             log.error("%s; reusing the last good profiles", exc)
-            sites = self.last_profiles
+            columns = self.last_profiles
+        out = common_pb2.SiteColumns()
+        out.CopyFrom(columns)
         dead = self.state.dead_sites()
-        out = []
-        for profile in sites:
-            copy = common_pb2.SiteProfile()
-            copy.CopyFrom(profile)
-            if profile.site_id in dead:
-                copy.alive = False
-            out.append(copy)
+        if dead:
+            for row, site in enumerate(out.site_id):
+                if site in dead:
+                    out.alive[row] = False
         return out
 
     def dispatch(self, round_no: int, selection: policy_pb2.Selection) -> RoundInProgress:
@@ -413,10 +420,13 @@ class RoundLoop:
         run, result = self.run, self.result
         wall_start = time.monotonic()
         profiles = self.profiles(result.sim_time_s)
-        profiles_by_id = {p.site_id: p for p in profiles}
         selection = self.select(round_no, profiles)
         if not selection.site_ids:
             raise RunFailed(f"policy {run.policy} selected no site in round {round_no}")
+        rows = row_of(profiles)
+        profiles_by_id = {
+            site: profile_at(profiles, rows[site]) for site in selection.site_ids if site in rows
+        }
         sim_round_s, timing, _ = self.simulated_time(selection, profiles_by_id)
         if run.clock == "simulated" and run.max_sim_hours:
             # On the simulated clock the round's length is known before it runs: do not
@@ -528,7 +538,7 @@ class RoundLoop:
             ).decode()
         if self.last_profiles is not None:
             state["last_profiles"] = base64.b64encode(
-                profiler_pb2.GetProfilesResponse(sites=self.last_profiles).SerializeToString(
+                profiler_pb2.GetProfilesResponse(columns=self.last_profiles).SerializeToString(
                     deterministic=True
                 )
             ).decode()
@@ -660,6 +670,18 @@ class RoundLoop:
             }
             for p in profiles
         ]
+
+
+def _columns_of(reply: profiler_pb2.GetProfilesResponse) -> common_pb2.SiteColumns:
+    """The reply's sites as columns, whichever form it carries: a profiler from before
+    `columnar` (and checkpoints written then) answers with one message per site."""
+    if reply.HasField("columns"):
+        try:
+            num_sites(reply.columns)
+        except ColumnsError as exc:
+            raise RunFailed(f"profiler sent malformed profiles: {exc}") from None
+        return reply.columns
+    return columns_from_profiles(reply.sites)
 
 
 def _json_or_text(text: str):

@@ -11,7 +11,7 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from powertrip.service import ServiceSpec, serve, setup_logging
+from powertrip.service import ServiceSpec, serve, setup_process
 from powertrip.v1 import policy_pb2_grpc
 from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
 from services.policy.policies import REGISTRY
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyConfigError as exc:
         print(f"policy: {exc}", file=sys.stderr)
         return 2
-    setup_logging(config.log_level, SPEC.name)
+    setup_process(config.log_level, SPEC.name)
     registry = CollectorRegistry()
     servicer = PolicyServicer(config, PolicyMetrics(registry))
     # powertrip.service.serve owns the parts every service shares: the metrics endpoint,

@@ -14,6 +14,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from powertrip.sitecolumns import ColumnsError, num_sites
 from services.policy.config import PolicyConfig
 from services.policy.policies import (
     Context,
@@ -78,18 +79,59 @@ def site_table(
         raise PolicyError("no sites in the request")
     columns = np.array(list(map(_PROFILE_NUMBERS, profiles)), dtype=np.float64)
     power, distance, latency, bandwidth, m_lat, m_bw, alive = columns.T
-    if use_measured:
+    return _table(
+        list(map(_PROFILE_ID, profiles)),
+        power, distance, latency, bandwidth, alive.astype(bool),
+        (m_lat, m_bw) if use_measured else None,
+        update_size_bytes, directions,
+    )  # fmt: skip
+
+
+def site_table_from_columns(
+    columns, update_size_bytes: float, directions: int, use_measured: bool
+) -> SiteTable:
+    """The same table from a SiteColumns message: a few packed arrays, not one message per
+    site, so 10,000 sites cost about a millisecond a column. Empty measured columns mean
+    "nothing measured yet"; a column of the wrong length is named in the error."""
+    try:
+        n = num_sites(columns)
+    except ColumnsError as exc:
+        raise PolicyError(str(exc)) from None
+    if n == 0:
+        raise PolicyError("no sites in the request")
+
+    def column(name: str) -> np.ndarray:
+        # slicing copies the packed values into a list in C: ~0.4 ms per 10,000, half
+        # of np.fromiter over the container
+        return np.array(getattr(columns, name)[:], dtype=np.float64)
+
+    measured = None
+    if use_measured and len(columns.measured_latency_s):
+        measured = (column("measured_latency_s"), column("measured_bandwidth_bytes_per_s"))
+    return _table(
+        columns.site_id[:],
+        column("power_fraction"), column("distance_miles"), column("latency_s"),
+        column("bandwidth_bytes_per_s"), np.array(columns.alive[:], dtype=bool),
+        measured, update_size_bytes, directions,
+    )  # fmt: skip
+
+
+def _table(
+    ids, power, distance, latency, bandwidth, alive, measured, update_size_bytes, directions
+) -> SiteTable:
+    if measured is not None:
+        m_lat, m_bw = measured
         latency = np.where(m_lat > 0, m_lat, latency)
         bandwidth = np.where(m_bw > 0, m_bw, bandwidth)
     return SiteTable.build(
-        ids=list(map(_PROFILE_ID, profiles)),
+        ids=ids,
         power=power,
         distance_miles=distance,
         latency_s=latency,
         bandwidth_bytes_per_s=bandwidth,
         update_size_bytes=update_size_bytes,
         directions=directions or 2,
-        alive=alive.astype(bool),
+        alive=alive,
     )
 
 
@@ -119,10 +161,18 @@ def build_context(request, config: PolicyConfig) -> Context:
     if estimator not in ESTIMATORS:
         raise PolicyError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     params, use_measured = split_params(request.params, config)
-    return Context(
-        table=site_table(
+    if request.HasField("site_columns"):
+        if len(request.sites):
+            raise PolicyError("give the sites as sites or as site_columns, not both")
+        table = site_table_from_columns(
+            request.site_columns, request.update_size_bytes, request.comm_directions, use_measured
+        )
+    else:
+        table = site_table(
             request.sites, request.update_size_bytes, request.comm_directions, use_measured
-        ),
+        )
+    return Context(
+        table=table,
         update_size_bytes=request.update_size_bytes,
         tau_s=request.tau_s,
         history=tuple(

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from powertrip.config import ConfigError, RunConfig
 from powertrip.power import TraceError
-from powertrip.service import ServiceSpec, base_parser, serve, setup_logging
+from powertrip.service import ServiceSpec, base_parser, serve, setup_process
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.logic import ProfileBook
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "(env POWERTRIP_PROBE_INTERVAL_S)",
     )
     args = parser.parse_args(argv)
-    setup_logging(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run = run.with_overrides(num_sites=args.sites, seed=args.seed).validate()

@@ -10,6 +10,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from powertrip.linkprobe import ProbeError, measure
+from powertrip.sitecolumns import profile_at, profiles_from_columns
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from services.profiler.logic import ClaimError, Measured, ProfileBook, SiteTelemetry
 
@@ -58,24 +59,35 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             metrics.latency.labels(site.site_id, "configured").set(latency)
             metrics.bandwidth.labels(site.site_id, "configured").set(bandwidth)
 
-    def _profile(self, site, at_s: float) -> common_pb2.SiteProfile:
-        power = self.book.power_at(site, at_s)
-        self.metrics.power.labels(site.site_id).set(power)
-        latency, bandwidth = self.book.link(site)
-        measured = self.book.measured.get(site.site_id)
-        return common_pb2.SiteProfile(
-            site_id=site.site_id,
+    def _columns(self, sites, at_s: float) -> common_pb2.SiteColumns:
+        """The profiles of `sites` at `at_s`, built column by column: the one place profile
+        values are computed, whether the caller asked for columns or for messages."""
+        book = self.book
+        power = [book.power_at(site, at_s) for site in sites]
+        for site, fraction in zip(sites, power, strict=True):
+            self.metrics.power.labels(site.site_id).set(fraction)
+        links = [book.link(site) for site in sites]
+        columns = common_pb2.SiteColumns(
+            site_id=[site.site_id for site in sites],
             power_fraction=power,
-            distance_miles=site.distance_miles,
-            latency_s=latency,
-            bandwidth_bytes_per_s=bandwidth,
-            measured_latency_s=measured.latency_s if measured else 0.0,
-            measured_bandwidth_bytes_per_s=measured.bandwidth_bytes_per_s if measured else 0.0,
-            gpus_available=site.gpus_available,
-            gpus_effective=self.book.gpus_at(site, at_s),
-            power_source=self.book.config.power,
-            alive=True,
+            distance_miles=[site.distance_miles for site in sites],
+            latency_s=[latency for latency, _ in links],
+            bandwidth_bytes_per_s=[bandwidth for _, bandwidth in links],
+            gpus_available=[site.gpus_available for site in sites],
+            gpus_effective=[book.gpus_at(site, at_s) for site in sites],
+            alive=[True] * len(sites),
+            power_source=book.config.power,
         )
+        measured = [book.measured.get(site.site_id) for site in sites]
+        if any(measured):  # left empty until a probe has measured some site
+            columns.measured_latency_s.extend([m.latency_s if m else 0.0 for m in measured])
+            columns.measured_bandwidth_bytes_per_s.extend(
+                [m.bandwidth_bytes_per_s if m else 0.0 for m in measured]
+            )
+        return columns
+
+    def _profile(self, site, at_s: float) -> common_pb2.SiteProfile:
+        return profile_at(self._columns([site], at_s), 0)
 
     def GetProfiles(self, request, context):
         try:
@@ -84,10 +96,15 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         if request.at_s < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "at_s must be >= 0")
-        profiles = [self._profile(site, request.at_s) for site in sites]
-        return profiler_pb2.GetProfilesResponse(
-            sites=profiles, power_mode=self.book.config.power, seed=self.book.config.population.seed
+        reply = profiler_pb2.GetProfilesResponse(
+            power_mode=self.book.config.power, seed=self.book.config.population.seed
         )
+        columns = self._columns(sites, request.at_s)
+        if request.columnar:
+            reply.columns.CopyFrom(columns)
+        else:
+            reply.sites.extend(profiles_from_columns(columns))
+        return reply
 
     def ReportTelemetry(self, request, context):
         update = SiteTelemetry(

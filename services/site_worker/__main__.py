@@ -19,7 +19,7 @@ from powertrip.service import (
     base_parser,
     channel_credentials,
     serve,
-    setup_logging,
+    setup_process,
 )
 from powertrip.training import DEVICES, resolve_device
 from powertrip.v1 import site_worker_pb2_grpc
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--train-threads must be >= 0 (0 = one per CPU core), got {args.train_threads}"
         )
     train_threads = args.train_threads or os.cpu_count() or 1
-    setup_logging(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from powertrip.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.rpc.tensors import encode_tensors
+from powertrip.sitecolumns import profiles_from_columns
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, profiler_pb2, profiler_pb2_grpc
 
 
@@ -110,6 +111,24 @@ def test_profiler_serves_the_seeded_population(service_factory, run_config):
     assert powers.min() >= 0.1 and powers.max() <= 1.0
     # bandwidth is inversely proportional to distance
     np.testing.assert_allclose(bandwidth * distances, bandwidth[0] * distances[0], rtol=1e-9)
+
+
+def test_profiler_answers_in_columns_what_it_answers_in_messages(service_factory, tmp_path):
+    """`columnar` changes the form only: the same sites, values and order (trace power at a
+    later time, so power and effective GPUs are not the initial draw)."""
+    config = RunConfig(workload="synthetic", num_sites=40, seed=2, power="trace")
+    path = tmp_path / "trace.yaml"
+    config.write_yaml(path)
+    profiler = service_factory("profiler", "--config", str(path))
+    with open_channel(profiler.target) as channel:
+        stub = profiler_pb2_grpc.ProfilerStub(channel)
+        messages = stub.GetProfiles(profiler_pb2.GetProfilesRequest(at_s=7200), timeout=5)
+        columns = stub.GetProfiles(
+            profiler_pb2.GetProfilesRequest(at_s=7200, columnar=True), timeout=5
+        )
+    assert len(columns.sites) == 0 and len(messages.sites) == 40
+    assert profiles_from_columns(columns.columns) == list(messages.sites)
+    assert len(columns.columns.measured_latency_s) == 0  # nothing probed yet: left empty
 
 
 def _worker_session(stub):

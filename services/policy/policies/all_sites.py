@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.policy.policies.base import Context, Decision, Policy, predicted_time
-from services.policy.policies.scoring import GB, power_cost_scores, rank_desc
+from services.policy.policies.scoring import GB, power_cost_ranking
 
 
 class AllSites(Policy):
@@ -13,8 +13,9 @@ class AllSites(Policy):
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB)
-        order = rank_desc(scores, ctx.table)
+        scores, order = power_cost_ranking(
+            ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB
+        )
         return Decision(
             order=order,
             predicted_round_time_s=predicted_time(ctx, order),

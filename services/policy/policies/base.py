@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -60,6 +60,9 @@ class SiteTable:
     by_id: (
         np.ndarray
     )  # site indices in id order (id_rank's inverse): stable sorts of it tie-break by id
+    alive_by_id: np.ndarray  # the alive ones of by_id, still in id order
+    # rankings computed once per table (see `memo`); not part of the table's value
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -67,6 +70,18 @@ class SiteTable:
     @property
     def num_alive(self) -> int:
         return int(np.count_nonzero(self.alive))
+
+    def memo(self, key: Hashable, compute: Callable[[], tuple[np.ndarray, ...]]):
+        """`compute()` once per table and key, its arrays made read-only.
+
+        The chosen policy and its shadows share one table, and most of them rank the sites
+        by the same scores: at 10,000 sites each ranking is a sort worth saving."""
+        if key not in self._memo:
+            arrays = compute()
+            for array in arrays:
+                array.flags.writeable = False
+            self._memo[key] = arrays
+        return self._memo[key]
 
     @classmethod
     def build(
@@ -84,12 +99,17 @@ class SiteTable:
         if n == 0:
             raise PolicyError("no sites to choose from")
         id_arr = np.asarray(ids, dtype=str)
+        if (id_arr[1:] > id_arr[:-1]).all():
+            # already in strictly increasing id order (what the profiler sends): no sort,
+            # and no duplicates
+            sorted_idx = np.arange(n)
+        else:
+            sorted_idx = np.argsort(id_arr, kind="stable")
+            dup = id_arr[sorted_idx][1:] == id_arr[sorted_idx][:-1]
+            if dup.any():
+                raise PolicyError(f"duplicate site id {id_arr[sorted_idx][1:][dup][0]!r}")
         id_rank = np.empty(n, dtype=np.int64)
-        sorted_idx = np.argsort(id_arr, kind="stable")
         id_rank[sorted_idx] = np.arange(n)
-        dup = id_arr[sorted_idx][1:] == id_arr[sorted_idx][:-1]
-        if dup.any():
-            raise PolicyError(f"duplicate site id {id_arr[sorted_idx][1:][dup][0]!r}")
         power_arr = _as_column("power_fraction", power, n)
         if ((power_arr < 0) | (power_arr > 1)).any():
             bad = ids[int(np.argmax((power_arr < 0) | (power_arr > 1)))]
@@ -107,6 +127,8 @@ class SiteTable:
         alive_arr = np.ones(n, dtype=bool) if alive is None else np.asarray(alive, dtype=bool)
         if alive_arr.shape != (n,):
             raise PolicyError(f"alive: expected {n} values, got shape {alive_arr.shape}")
+        # a site at zero power would take forever (tau / 0): treat it as unavailable
+        alive_arr = alive_arr & (power_arr > 0)
         return cls(
             ids=id_arr,
             power=power_arr,
@@ -114,10 +136,10 @@ class SiteTable:
             latency_s=latency,
             bandwidth_bytes_per_s=bandwidth,
             comm_s=max(1, int(directions)) * (latency + update_size_bytes / bandwidth),
-            # a site at zero power would take forever (tau / 0): treat it as unavailable
-            alive=alive_arr & (power_arr > 0),
+            alive=alive_arr,
             id_rank=id_rank,
             by_id=sorted_idx,
+            alive_by_id=sorted_idx[alive_arr[sorted_idx]],
         )
 
 

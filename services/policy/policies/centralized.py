@@ -8,7 +8,7 @@ its round takes tau / power_cap.
 from __future__ import annotations
 
 from services.policy.policies.base import CENTRALIZED, Context, Decision, Policy
-from services.policy.policies.scoring import rank_desc
+from services.policy.policies.scoring import power_ranking
 
 
 class Centralized(Policy):
@@ -18,7 +18,7 @@ class Centralized(Policy):
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        host = rank_desc(ctx.table.power, ctx.table)[:1]  # top power, ties by id
+        host = power_ranking(ctx.table)[:1]  # top power, ties by id
         cap = params["power_cap"]
         return Decision(
             order=host,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.policy.policies.fixed import RankedTopK
-from services.policy.policies.scoring import rank_desc
+from services.policy.policies.scoring import power_ranking
 
 
 class HighestPower(RankedTopK):
@@ -12,4 +12,4 @@ class HighestPower(RankedTopK):
     ranking = "power, highest first"
 
     def rank(self, ctx, params):
-        return rank_desc(ctx.table.power, ctx.table), ctx.table.power
+        return power_ranking(ctx.table), ctx.table.power

@@ -28,7 +28,7 @@ import numpy as np
 
 from powertrip.timemodel import prefix_round_time_estimates
 from services.policy.policies.base import Context, Decision, Policy, rounded
-from services.policy.policies.scoring import GB, power_cost_scores, rank_desc, weights
+from services.policy.policies.scoring import GB, power_cost_ranking, weights
 
 #: above this many candidates the explanation lists a sample around the pick, not all
 EXPLAIN_MAX_CANDIDATES = 41
@@ -97,8 +97,7 @@ class PowerTrip(Policy):
         p = self.params(ctx)
         t = ctx.table
         m_ref = p["m_ref_gb"] * GB
-        scores = power_cost_scores(t, ctx.update_size_bytes, m_ref)
-        ranked = rank_desc(scores, t)
+        scores, ranked = power_cost_ranking(t, ctx.update_size_bytes, m_ref)
         n = len(ranked)
         k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
         window = int(p["window"]) if p["window"] > 0 else auto_window(n)

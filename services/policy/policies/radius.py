@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.policy.policies.base import Context, Decision, Policy, predicted_time
-from services.policy.policies.scoring import GB, power_cost_scores, rank_desc
+from services.policy.policies.scoring import GB, power_cost_ranking
 
 
 class Radius(Policy):
@@ -21,8 +21,7 @@ class Radius(Policy):
         params = self.params(ctx)
         t = ctx.table
         radius = params["radius_miles"]
-        scores = power_cost_scores(t, ctx.update_size_bytes, params["m_ref_gb"] * GB)
-        ranked = rank_desc(scores, t)
+        scores, ranked = power_cost_ranking(t, ctx.update_size_bytes, params["m_ref_gb"] * GB)
         inside = ranked[t.distance_miles[ranked] <= radius]
         note = f"{len(inside)} site(s) within {radius:g} miles"
         if len(inside) == 0:

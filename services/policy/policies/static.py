@@ -7,7 +7,7 @@ The paper's Static Optimal is this policy at the k* an offline sweep found
 from __future__ import annotations
 
 from services.policy.policies.fixed import RankedTopK
-from services.policy.policies.scoring import GB, power_cost_scores, rank_desc
+from services.policy.policies.scoring import GB, power_cost_ranking
 
 
 class StaticK(RankedTopK):
@@ -19,5 +19,7 @@ class StaticK(RankedTopK):
     ranking = "power-to-cost score, highest first"
 
     def rank(self, ctx, params):
-        scores = power_cost_scores(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB)
-        return rank_desc(scores, ctx.table), scores
+        scores, ranked = power_cost_ranking(
+            ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB
+        )
+        return ranked, scores
