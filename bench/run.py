@@ -558,9 +558,12 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
                     for s in generate_population(PopulationSpec(num_sites=n, seed=0))
                 ]
                 history = [common_pb2.RoundRecord(round=1, k=max(2, n // 20), accuracy=0.1)]
+                columns = columns_from_profiles(sites)
+                # as the profiler sends them before any link is probed: no measured columns
+                del columns.measured_latency_s[:], columns.measured_bandwidth_bytes_per_s[:]
                 request = policy_pb2.SelectSitesRequest(
                     policy="powertrip",
-                    site_columns=columns_from_profiles(sites),
+                    site_columns=columns,
                     history=history,
                     update_size_bytes=1.5e9,
                     tau_s=60,

@@ -58,10 +58,9 @@ def to_selection(policy: str, outcome: Outcome) -> policy_pb2.Selection:
         stop=decision.stop,
     )
     if decision.scores is not None:
-        selection.scores.extend(
-            policy_pb2.SiteScore(site_id=site, score=float(score))
-            for site, score in zip(selection.site_ids, decision.scores, strict=True)
-        )
+        add_score = selection.scores.add  # in place: a third of the time of extend(messages)
+        for site, score in zip(selection.site_ids, decision.scores.tolist(), strict=True):
+            add_score(site_id=site, score=score)
     for s in outcome.shadows:
         selection.shadows.add(
             policy=s.policy,
