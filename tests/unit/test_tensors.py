@@ -53,6 +53,38 @@ def test_checksum_mismatch(arrays):
     _expect("checksum", [chunks[0], bad, *chunks[2:]], layout_of(arrays))
 
 
+def test_chunks_carry_crc32c_and_a_chunk_with_only_crc32_is_still_checked(arrays, monkeypatch):
+    """Senders set CRC-32C; chunks from a sender without it (zlib CRC32 only) still decode,
+    and a flipped bit is caught under either checksum."""
+    import google_crc32c
+
+    from powertrip.rpc import tensors
+
+    chunks = list(encode_tensors(arrays))
+    assert all(c.HasField("crc32c") and c.crc32c == google_crc32c.value(c.data) for c in chunks)
+    assert all(c.crc32 == 0 for c in chunks)  # one checksum per chunk, not two
+
+    monkeypatch.setattr(tensors, "SEND_CRC32C", False)  # google-crc32c without its extension
+    legacy = list(encode_tensors(arrays))
+    assert not any(c.HasField("crc32c") for c in legacy)
+    assert all(c.crc32 == zlib.crc32(c.data) for c in legacy)
+    out = decode_tensors(legacy, layout_of(arrays))
+    np.testing.assert_array_equal(out["big"], arrays["big"])
+    bad = common_pb2.TensorChunk()
+    bad.CopyFrom(legacy[1])
+    bad.data = bytes([bad.data[0] ^ 1]) + bad.data[1:]
+    _expect("checksum", [legacy[0], bad, *legacy[2:]], layout_of(arrays))
+
+
+def test_a_crc32c_of_zero_is_still_checked(arrays):
+    """crc32c has explicit presence: a chunk that says its CRC-32C is 0 is checked against
+    0, not treated as a chunk without one."""
+    chunk = next(encode_tensors({"small": arrays["small"]}))
+    chunk.crc32c = 0
+    chunk.crc32 = zlib.crc32(chunk.data)  # a valid CRC32 must not rescue it
+    _expect("checksum", [chunk], None)
+
+
 def test_truncated_stream(arrays):
     chunks = list(encode_tensors(arrays))
     _expect("truncated", chunks[:2], layout_of(arrays))
