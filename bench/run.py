@@ -14,6 +14,7 @@ both alike; the ratio is the median of the pairwise ratios:
   bytes).
 * fedavg_GBps over 100 CNN deltas vs memcpy_GBps, with the aggregating process's peak RSS.
 * select_ms_p99 for SelectSites over gRPC at 100, 1,000 and 10,000 sites.
+* bare_grpc_MBps (no target): the same bytes through gRPC alone, Python gRPC's own ceiling.
 * gpu_site_steps_per_s (where torch sees a CUDA GPU): 100 FEMNIST sites in one vmap call
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
 * demo_wall_s (only with --demo: it takes minutes): the default `make demo` comparison.
@@ -378,6 +379,77 @@ def raw_tcp_MBps(payload: bytes) -> float:
     return len(payload) / elapsed / 1e6
 
 
+def _bare_grpc_server(ports, stop) -> None:
+    """BareGrpc's server process: 1 MiB `bytes` messages, a generic handler, no protobuf."""
+    from concurrent import futures
+
+    import grpc
+
+    chunk = bytes(1 << 20)
+
+    def upload(messages, _context):
+        return sum(len(m) for m in messages).to_bytes(8, "little")
+
+    def download(request, _context):
+        total = int.from_bytes(request, "little")
+        for offset in range(0, total, len(chunk)):
+            yield chunk[: min(len(chunk), total - offset)]
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bytes",
+        {
+            "Up": grpc.stream_unary_rpc_method_handler(upload),
+            "Down": grpc.unary_stream_rpc_method_handler(download),
+        },
+    )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 8 << 20)]
+    )
+    server.add_generic_rpc_handlers((handler,))
+    ports.put(server.add_insecure_port("127.0.0.1:0"))
+    server.start()
+    stop.wait()
+    server.stop(0)
+
+
+class BareGrpc:
+    """gRPC itself, without PowerTrip: 1 MiB `bytes` messages streamed down and then up
+    between two processes through a generic handler; no protobuf, no checksum, no
+    aggregation. Not a target's reference: it shows how much of raw TCP Python gRPC
+    leaves for the service path."""
+
+    def __enter__(self) -> BareGrpc:
+        import multiprocessing
+
+        import grpc
+
+        context = multiprocessing.get_context("spawn")  # no fork after gRPC has started
+        ports, self.stop = context.Queue(), context.Event()
+        self.process = context.Process(target=_bare_grpc_server, args=(ports, self.stop))
+        self.process.start()
+        port = ports.get(timeout=60)
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 8 << 20)]
+        )
+        self.up = self.channel.stream_unary("/bench.Bytes/Up")
+        self.down = self.channel.unary_stream("/bench.Bytes/Down")
+        return self
+
+    def MBps(self, payload: bytes) -> float:
+        """Half the payload down, the other half up, as the service path moves a model down
+        and a delta up."""
+        half = len(payload) // 2
+        start = time.perf_counter()
+        received = sum(len(m) for m in self.down(half.to_bytes(8, "little")))
+        self.up(payload[o : o + (1 << 20)] for o in range(half, len(payload), 1 << 20))
+        return (received + len(payload) - half) / (time.perf_counter() - start) / 1e6
+
+    def __exit__(self, *exc) -> None:
+        self.channel.close()
+        self.stop.set()
+        self.process.join(timeout=10)
+
+
 class TransferBench:
     """A real aggregator (and its profiler and policy) on loopback, one site; the bench is
     the site worker, using the worker's own download/upload code. Each round: download the
@@ -391,6 +463,7 @@ class TransferBench:
 
         from powertrip.config import RunConfig
         from powertrip.experiments.launcher import Deployment, start_service
+        from powertrip.heap import keep_buffers_on_heap
         from powertrip.rpc.channels import open_channel
         from powertrip.training import LocalResult
         from powertrip.v1 import aggregator_pb2_grpc
@@ -401,6 +474,9 @@ class TransferBench:
             workload=WORKLOAD, num_sites=1, policy="all", max_rounds=1000,
             target_accuracy=1.0, eval_samples=20, checkpoint=False, shadow=False,
         ).resolved(femnist_sites()[0].defaults)  # fmt: skip
+        # this process plays the site worker, whose set-up does the same (and the references
+        # measured next to it run under it too)
+        keep_buffers_on_heap()
         config_path = self.work / "transfer.yaml"
         config.write_yaml(config_path)
         self.deployment = Deployment(config_path, self.work / "logs").__enter__()
@@ -696,17 +772,21 @@ def main() -> int:
 
     if "transfer" in parts:
         print("transfer: service path vs raw TCP ...", flush=True)
-        service, raw = [], []
-        with TransferBench(work) as bench:
+        service, raw, bare = [], [], []
+        with TransferBench(work) as bench, BareGrpc() as bare_grpc:
             bench.once()  # warm-up
             for _ in range(max(3, args.repeat * 2)):
                 nbytes, seconds = bench.once()
                 service.append(nbytes / seconds / 1e6)
-                raw.append(raw_tcp_MBps(np.random.default_rng(0).bytes(nbytes)))
+                payload = np.random.default_rng(0).bytes(nbytes)
+                raw.append(raw_tcp_MBps(payload))
+                bare.append(bare_grpc.MBps(payload))
         results["transfer_bytes"] = nbytes
         results["transfer_MBps"] = statistics.median(service)
         results["raw_tcp_MBps"] = statistics.median(raw)
         results["transfer_vs_tcp"] = median_ratio(service, raw)
+        results["bare_grpc_MBps"] = statistics.median(bare)
+        results["bare_grpc_vs_tcp"] = median_ratio(bare, raw)
 
     if "fedavg" in parts:
         print("fedavg: 100 deltas vs memcpy ...", flush=True)
