@@ -23,6 +23,14 @@ class RegistrationError(Exception):
         self.code = code
 
 
+def tokens_match(given: str, want: str) -> bool:
+    """Constant-time comparison of two tokens of any characters.
+
+    `secrets.compare_digest` raises TypeError on a str with non-ASCII characters, which a
+    caller controls: compare the UTF-8 bytes instead, so a strange token is just wrong."""
+    return secrets.compare_digest(given.encode("utf-8"), want.encode("utf-8"))
+
+
 @dataclass
 class WorkerInfo:
     worker_id: str
@@ -168,7 +176,7 @@ class AggregatorState:
     def authenticate(self, worker_id: str, token: str) -> WorkerInfo | None:
         with self.lock:
             info = self.workers.get(worker_id)
-            return info if info and secrets.compare_digest(info.session_token, token) else None
+            return info if info and tokens_match(info.session_token, token) else None
 
     def registered_count(self) -> int:
         with self.lock:

@@ -113,13 +113,18 @@ def test_profiler_serves_the_seeded_population(service_factory, run_config):
     np.testing.assert_allclose(bandwidth * distances, bandwidth[0] * distances[0], rtol=1e-9)
 
 
+def _trace_profiler(service_factory, tmp_path, num_sites: int, seed: int):
+    """A profiler serving `num_sites` sites whose power follows the Google traces."""
+    config = RunConfig(workload="synthetic", num_sites=num_sites, seed=seed, power="trace")
+    path = tmp_path / "trace.yaml"
+    config.write_yaml(path)
+    return service_factory("profiler", "--config", str(path))
+
+
 def test_profiler_answers_in_columns_what_it_answers_in_messages(service_factory, tmp_path):
     """`columnar` changes the form only: the same sites, values and order (trace power at a
     later time, so power and effective GPUs are not the initial draw)."""
-    config = RunConfig(workload="synthetic", num_sites=40, seed=2, power="trace")
-    path = tmp_path / "trace.yaml"
-    config.write_yaml(path)
-    profiler = service_factory("profiler", "--config", str(path))
+    profiler = _trace_profiler(service_factory, tmp_path, num_sites=40, seed=2)
     with open_channel(profiler.target) as channel:
         stub = profiler_pb2_grpc.ProfilerStub(channel)
         messages = stub.GetProfiles(profiler_pb2.GetProfilesRequest(at_s=7200), timeout=5)
@@ -261,10 +266,7 @@ def test_bad_deltas_are_rejected_and_good_ones_aggregated(stack_factory, run_con
 
 
 def test_trace_power_changes_between_rounds(service_factory, tmp_path):
-    config = RunConfig(workload="synthetic", num_sites=30, seed=1, power="trace")
-    path = tmp_path / "trace.yaml"
-    config.write_yaml(path)
-    profiler = service_factory("profiler", "--config", str(path))
+    profiler = _trace_profiler(service_factory, tmp_path, num_sites=30, seed=1)
     with open_channel(profiler.target) as channel:
         stub = profiler_pb2_grpc.ProfilerStub(channel)
         early = stub.GetProfiles(profiler_pb2.GetProfilesRequest(at_s=0), timeout=5)

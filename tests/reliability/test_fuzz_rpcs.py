@@ -209,3 +209,22 @@ def test_fuzz_every_rpc_keeps_services_healthy(services, kind):
             channel.close()
     print(kind, {k: sorted(v) for k, v in sorted(seen.items())})
     assert len(seen) >= len(METHODS) // 2, seen
+
+
+def test_tokens_with_any_characters_are_refused_not_crashed_on(services):
+    """Regression for a case the fuzzer found: a session token with a non-ASCII character
+    (here U+0080) made `secrets.compare_digest` raise TypeError, and NextTask answered
+    UNKNOWN. Any token that is not the right one must be UNAUTHENTICATED."""
+    requests = [
+        ("NextTask", aggregator_pb2.NextTaskRequest(worker_id="w0", session_token="\x80")),
+        ("NextTask", aggregator_pb2.NextTaskRequest(worker_id="w0", session_token="é" * 32)),
+        (
+            "DownloadModel",
+            aggregator_pb2.DownloadModelRequest(worker_id="w0", session_token="\u2603"),
+        ),
+    ]
+    methods = SERVICES["aggregator"].methods_by_name
+    with open_channel(services["aggregator"].target) as channel:
+        for name, request in requests:
+            code = _call(channel, "aggregator", methods[name], [request.SerializeToString()])
+            assert code == grpc.StatusCode.UNAUTHENTICATED, (name, request, code)
