@@ -194,3 +194,29 @@ def test_ten_thousand_sites():
         d = get_policy(name).select(ctx(t, [RoundOutcome(1, 500, 0.1, 100.0)]))
         assert 1 <= len(d.order) <= 10_000
         assert len(set(d.order.tolist())) == len(d.order)
+
+
+def test_random_draws_the_same_sites_whatever_order_they_arrive_in():
+    rng = np.random.default_rng(3)
+    n = 50
+    power, distance = rng.uniform(0.1, 1.0, n), rng.uniform(100, 10_000, n)
+    alive = rng.random(n) > 0.2
+    in_order = table(power, distance, 1.25e11 / distance, alive=alive)
+    perm = rng.permutation(n)
+    shuffled = SiteTable.build(
+        ids=[in_order.ids[i] for i in perm],
+        power=power[perm],
+        distance_miles=distance[perm],
+        latency_s=in_order.latency_s[perm],
+        bandwidth_bytes_per_s=in_order.bandwidth_bytes_per_s[perm],
+        update_size_bytes=1.5 * GB,
+        directions=2,
+        alive=alive[perm],
+    )
+    for t in (in_order, shuffled):
+        assert len(t.alive_by_id) == alive.sum()
+    picks = [
+        sorted(ids(t, get_policy("random").select(ctx(t, seed=7, round=2, params={"k": 10}))))
+        for t in (in_order, shuffled)
+    ]
+    assert picks[0] == picks[1]

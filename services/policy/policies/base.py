@@ -45,7 +45,7 @@ class SiteTable:
     """Column view of the sites, so every score is one vectorised numpy expression.
 
     `comm_s` (directions x (latency + M/B), paper Eq. 3) is computed once here because every
-    policy and every shadow needs it. `id_rank` breaks ties by site id, independent of the
+    policy and every shadow needs it. `by_id` breaks ties by site id, independent of the
     order the sites arrived in, so a decision does not depend on how the caller sorted them.
     """
 
@@ -56,10 +56,7 @@ class SiteTable:
     bandwidth_bytes_per_s: np.ndarray  # used (configured or measured)
     comm_s: np.ndarray  # directions * (latency + M / B)
     alive: np.ndarray  # bool; dead or zero-power sites are never selected
-    id_rank: np.ndarray  # position of each id in sorted order (tie-breaks)
-    by_id: (
-        np.ndarray
-    )  # site indices in id order (id_rank's inverse): stable sorts of it tie-break by id
+    by_id: np.ndarray  # site indices in id order: stable sorts of it tie-break by id
     alive_by_id: np.ndarray  # the alive ones of by_id, still in id order
     # rankings computed once per table (see `memo`); not part of the table's value
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -108,8 +105,6 @@ class SiteTable:
             dup = id_arr[sorted_idx][1:] == id_arr[sorted_idx][:-1]
             if dup.any():
                 raise PolicyError(f"duplicate site id {id_arr[sorted_idx][1:][dup][0]!r}")
-        id_rank = np.empty(n, dtype=np.int64)
-        id_rank[sorted_idx] = np.arange(n)
         power_arr = _as_column("power_fraction", power, n)
         if ((power_arr < 0) | (power_arr > 1)).any():
             bad = ids[int(np.argmax((power_arr < 0) | (power_arr > 1)))]
@@ -137,7 +132,6 @@ class SiteTable:
             bandwidth_bytes_per_s=bandwidth,
             comm_s=max(1, int(directions)) * (latency + update_size_bytes / bandwidth),
             alive=alive_arr,
-            id_rank=id_rank,
             by_id=sorted_idx,
             alive_by_id=sorted_idx[alive_arr[sorted_idx]],
         )

@@ -20,8 +20,7 @@ class RandomK(Policy):
         params = self.params(ctx)
         table = ctx.table
         # alive sites in id order, so the draw does not depend on the order sites arrived in
-        alive = np.flatnonzero(table.alive)
-        alive = alive[np.argsort(table.id_rank[alive])]
+        alive = table.alive_by_id
         k = default_k(params["k"], len(alive))
         rng = np.random.default_rng([ctx.seed, ctx.round])
         chosen = alive[np.sort(rng.choice(len(alive), size=k, replace=False))]
