@@ -53,6 +53,37 @@ def comm_time_from_latency_s(
     return latency_s + update_size_bytes / bandwidth_bytes_per_s
 
 
+def comm_parts_s(
+    latency_s: float, bandwidth_bytes_per_s: float, update_size_bytes: float
+) -> tuple[float, float]:
+    """Eq. 3 split into (propagation D_i / c, transfer M / B_i), so an estimator can charge
+    either part on its own (their sum is `comm_time_from_latency_s`)."""
+    if latency_s < 0:
+        raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+    if bandwidth_bytes_per_s <= 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    if update_size_bytes < 0:
+        raise ValueError(f"update_size_bytes must be >= 0, got {update_size_bytes}")
+    return float(latency_s), update_size_bytes / bandwidth_bytes_per_s
+
+
+def comm_parts_array_s(
+    latency_s: np.ndarray, bandwidth_bytes_per_s: np.ndarray, update_size_bytes: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """`comm_parts_s` over arrays of sites (float64, broadcast), for per-round estimators
+    over thousands of sites; the same checks, applied to every element."""
+    latency = np.asarray(latency_s, dtype=np.float64)
+    bandwidth = np.asarray(bandwidth_bytes_per_s, dtype=np.float64)
+    if np.any(latency < 0) or np.any(np.isnan(latency)):
+        raise ValueError("latency_s must be >= 0 for every site")
+    if not np.all(bandwidth > 0):
+        raise ValueError("bandwidth_bytes_per_s must be > 0 for every site")
+    if update_size_bytes < 0:
+        raise ValueError(f"update_size_bytes must be >= 0, got {update_size_bytes}")
+    propagation, bandwidth = np.broadcast_arrays(latency, bandwidth)
+    return propagation.copy(), float(update_size_bytes) / bandwidth
+
+
 def effective_gpus(gpus_available: int, spare_power_w: float, gpu_power_w: float) -> int:
     """N_eff,i(t) = min(N_avail,i, floor(P_spare,i(t) / P_gpu)) (paper Eq. 6)."""
     if gpu_power_w <= 0:

@@ -23,6 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sites", type=int, help="number of sites (overrides the config)")
     parser.add_argument("--seed", type=int, help="population seed (overrides the config)")
     parser.add_argument(
+        "--distance-distribution",
+        help="site distances: calibrated (22 %% within 1,000 miles, paper Fig. 9) or uniform "
+        "(overrides the config's distance_distribution)",
+    )
+    parser.add_argument(
+        "--min-power", type=float, help="lowest power fraction drawn (overrides the config)"
+    )
+    parser.add_argument(
+        "--max-power", type=float, help="highest power fraction drawn (overrides the config)"
+    )
+    parser.add_argument(
         "--latency-scale",
         type=float,
         default=float(os.environ.get("POWERTRIP_LINK_LATENCY_SCALE", 1.0)),
@@ -45,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     setup_process(args.log_level, SPEC.name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
-        run = run.with_overrides(num_sites=args.sites, seed=args.seed).validate()
+        run = run.with_overrides(
+            num_sites=args.sites,
+            seed=args.seed,
+            distance_distribution=args.distance_distribution,
+            min_power=args.min_power,
+            max_power=args.max_power,
+        ).validate()
         book = ProfileBook(
             ProfilerConfig.from_run_config(run, args.latency_scale, args.bandwidth_scale)
         )

@@ -1,4 +1,5 @@
-"""Profiler configuration: the site population and the power mode."""
+"""Profiler configuration: the site population (distances, links, power range) and the
+power mode."""
 
 from __future__ import annotations
 
@@ -28,15 +29,10 @@ class ProfilerConfig:
     def from_run_config(
         cls, run: RunConfig, latency_scale: float = 1.0, bandwidth_scale: float = 1.0
     ) -> ProfilerConfig:
+        """Everything population-related comes from `RunConfig.population_spec`, so the
+        distance distribution and the power range of the run reach the served sites."""
         return cls(
-            population=PopulationSpec(
-                num_sites=run.num_sites,
-                seed=run.seed,
-                min_distance_miles=run.min_distance_miles,
-                max_distance_miles=run.max_distance_miles,
-                reference_bandwidth_bytes_per_s=run.reference_bandwidth_gbps * 1e9 / 8,
-                gpus_per_site=run.gpus_per_site,
-            ),
+            population=run.population_spec(),
             power=run.power,
             power_trace=run.power_trace,
             latency_scale=latency_scale,

@@ -26,10 +26,15 @@ def test_yaml_round_trip(tmp_path):
         ({"target_accuracy": 1.01}, "target_accuracy"),
         ({"update_size_gb": -1}, "update_size_gb"),
         ({"clock": "sundial"}, "clock"),
-        ({"work_model": "data-parallel"}, "work_model"),
         ({"work_model": "magic"}, "work_model"),
         ({"estimator": "guess"}, "estimator"),
         ({"reference_bandwidth_gbps": -5}, "reference_bandwidth_gbps"),
+        ({"distance_distribution": "gaussian"}, "distance_distribution"),
+        ({"max_distance_miles": 800}, "distance_distribution"),  # calibrated needs 1000 inside
+        ({"min_power": 0}, "min_power"),
+        ({"min_power": 0.9, "max_power": 0.5}, "max_power"),
+        ({"max_power": 1.5}, "max_power"),
+        ({"comm_directions": 3}, "comm_directions"),
         ({"max_rounds": "many"}, "max_rounds"),
         ({"unknown_knob": 1}, "unknown_knob"),
     ],
@@ -37,6 +42,44 @@ def test_yaml_round_trip(tmp_path):
 def test_bad_values_name_the_field(data, field):
     with pytest.raises(ConfigError, match=field):
         RunConfig.from_mapping(data).validate()
+
+
+def test_paper_defaults():
+    """Eq. 3 charges one transfer per round; distances are calibrated to the paper's Fig. 9;
+    power is U[0.1, 1.0] (§5.1). Both directions and uniform distances stay settings."""
+    config = RunConfig().validate()
+    assert config.comm_directions == 1
+    assert config.distance_distribution == "calibrated"
+    assert (config.min_power, config.max_power) == (0.1, 1.0)
+    other = RunConfig(
+        comm_directions=2, distance_distribution="uniform", max_distance_miles=800
+    ).validate()
+    assert other.comm_directions == 2
+
+
+def test_population_spec_carries_every_population_field():
+    config = RunConfig(
+        num_sites=7,
+        seed=3,
+        min_distance_miles=50,
+        max_distance_miles=4000,
+        distance_distribution="uniform",
+        reference_bandwidth_gbps=8,
+        min_power=1,
+        max_power=1,
+        gpus_per_site=4,
+    ).validate()
+    assert config.population_spec() == PopulationSpec(
+        num_sites=7,
+        seed=3,
+        min_distance_miles=50,
+        max_distance_miles=4000,
+        distance_distribution="uniform",
+        reference_bandwidth_bytes_per_s=1e9,
+        min_power=1.0,
+        max_power=1.0,
+        gpus_per_site=4,
+    )
 
 
 def test_unknown_key_lists_the_allowed_ones():

@@ -78,3 +78,44 @@ def test_data_parallel_compute():
     # 100 steps of 0.5 s over total power 2.5 -> 20 s
     assert tm.data_parallel_compute_time_s(100, 0.5, [1.0, 1.0, 0.5]) == 20
     assert math.isclose(tm.data_parallel_compute_time_s(10, 1.0, [0.5]), 20)
+
+
+def test_comm_parts_split_eq3_into_propagation_and_transfer():
+    # 5000 mi of fibre (40.26 ms) and 1.5 GB over 25 MB/s (60 s)
+    latency = tm.propagation_delay_s(5000)
+    propagation, transfer = tm.comm_parts_s(latency, 25e6, 1.5e9)
+    assert propagation == latency and transfer == pytest.approx(60.0)
+    # the parts add up to the existing one-way Eq. 3 functions, exactly
+    assert propagation + transfer == tm.comm_time_from_latency_s(latency, 25e6, 1.5e9)
+    assert propagation + transfer == pytest.approx(tm.comm_time_s(5000, 25e6, 1.5e9), rel=1e-15)
+    assert tm.comm_parts_s(0.01, 1e6, 0) == (0.01, 0.0)
+
+
+def test_comm_parts_reject_bad_input():
+    with pytest.raises(ValueError, match="latency_s"):
+        tm.comm_parts_s(-0.1, 1e6, 1e9)
+    with pytest.raises(ValueError, match="bandwidth"):
+        tm.comm_parts_s(0.01, 0, 1e9)
+    with pytest.raises(ValueError, match="update_size"):
+        tm.comm_parts_s(0.01, 1e6, -1)
+    with pytest.raises(ValueError, match="latency_s"):
+        tm.comm_parts_array_s(np.array([0.01, -0.1]), np.array([1e6, 1e6]), 1e9)
+    with pytest.raises(ValueError, match="bandwidth"):
+        tm.comm_parts_array_s(np.array([0.01, 0.02]), np.array([1e6, 0.0]), 1e9)
+    with pytest.raises(ValueError, match="update_size"):
+        tm.comm_parts_array_s(np.array([0.01]), np.array([1e6]), -1)
+
+
+def test_comm_parts_array_is_the_scalar_function_per_site():
+    rng = np.random.default_rng(1)
+    latency = rng.uniform(0, 0.08, 50)
+    bandwidth = rng.uniform(1e7, 1.25e9, 50)
+    propagation, transfer = tm.comm_parts_array_s(latency, bandwidth, 1.5e9)
+    assert propagation.dtype == transfer.dtype == np.float64
+    for i in range(50):
+        assert (propagation[i], transfer[i]) == tm.comm_parts_s(latency[i], bandwidth[i], 1.5e9)
+    # the caller's array is not aliased, and a scalar bandwidth broadcasts
+    propagation[0] = -1.0
+    assert latency[0] >= 0
+    prop, trans = tm.comm_parts_array_s(latency, 1e8, 1e9)
+    assert prop.shape == trans.shape == (50,) and np.all(trans == 10.0)
