@@ -10,11 +10,18 @@ from typing import Any
 
 import yaml
 
+from powertrip import policyparams
+from powertrip.profiles import DISTANCE_DISTRIBUTIONS, PopulationSpec
+
 CLOCKS = ("simulated", "wall")
 WORK_MODELS = ("local-steps", "data-parallel")
 ESTIMATORS = ("paper", "clock")
 POWER_MODES = ("uniform", "trace")
 TRAINERS = ("loop", "vmap")  # powertrip.batched.TRAINERS
+#: the radius and share the calibrated distances are fitted to (paper Fig. 9: 22 of 100 sites
+#: within 1,000 miles); a run uses PopulationSpec's defaults
+CALIBRATION_RADIUS_MILES = PopulationSpec.radius_miles
+CALIBRATION_SHARE = PopulationSpec.radius_share
 
 
 class ConfigError(ValueError):
@@ -36,7 +43,9 @@ class RunConfig:
     clock: str = "simulated"
     work_model: str = "local-steps"
     estimator: str = "paper"
-    comm_directions: int = 2
+    #: transfers charged per round: 1 = the site's update to the aggregator, as the paper's
+    #: Eq. 3 and §5.1 charge it; 2 also charges the model download
+    comm_directions: int = 1
     aggregation_s: float = 1.0
     power: str = "uniform"  # "trace": Google PowerData 2019 replay (data/google-power/)
     power_trace: str | None = None  # trace file for power=trace (default: the shipped cell a)
@@ -49,6 +58,13 @@ class RunConfig:
     min_distance_miles: float = 100.0
     max_distance_miles: float = 10_000.0
     reference_bandwidth_gbps: float = 10.0  # at 100 miles; bandwidth ~ 1/distance
+    #: "calibrated": 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
+    #: (powertrip/profiles.py has the formula)
+    distance_distribution: str = "calibrated"
+    #: uniform power mode draws p_i ~ U[min_power, max_power] once (paper §5.1: U[0.1, 1.0]);
+    #: min_power = max_power = 1 gives identical full-power sites (paper Figs. 6-7)
+    min_power: float = 0.1
+    max_power: float = 1.0
     workers: int = 1  # site-worker processes in the embedded deployment
     threads_per_worker: int = 1  # torch intra-op threads per training thread
     #: sites each worker trains at once, one thread and model replica each; 0 = one per CPU
@@ -128,11 +144,6 @@ class RunConfig:
             )
         need(self.clock in CLOCKS, "clock", f"{self.clock!r} is not one of {', '.join(CLOCKS)}")
         need(
-            self.work_model != "data-parallel",
-            "work_model",
-            "'data-parallel' is not implemented yet; use 'local-steps' (the paper's set-up)",
-        )
-        need(
             self.work_model in WORK_MODELS,
             "work_model",
             f"{self.work_model!r} is not one of {', '.join(WORK_MODELS)}",
@@ -162,6 +173,32 @@ class RunConfig:
             0 <= self.min_distance_miles <= self.max_distance_miles,
             "min_distance_miles",
             "must satisfy 0 <= min_distance_miles <= max_distance_miles",
+        )
+        need(
+            self.distance_distribution in DISTANCE_DISTRIBUTIONS,
+            "distance_distribution",
+            f"{self.distance_distribution!r} is not one of {', '.join(DISTANCE_DISTRIBUTIONS)}",
+        )
+        need(
+            self.distance_distribution != "calibrated"
+            or self.min_distance_miles < CALIBRATION_RADIUS_MILES < self.max_distance_miles,
+            "distance_distribution",
+            f"'calibrated' places {CALIBRATION_SHARE:.0%} of the sites within "
+            f"{CALIBRATION_RADIUS_MILES:g} miles, so it needs min_distance_miles < "
+            f"{CALIBRATION_RADIUS_MILES:g} < max_distance_miles (got "
+            f"{self.min_distance_miles:g}, {self.max_distance_miles:g}); widen the range or "
+            "use 'uniform'",
+        )
+        need(
+            0 < self.min_power <= 1,
+            "min_power",
+            f"must satisfy 0 < min_power <= max_power <= 1, got {self.min_power}",
+        )
+        need(
+            self.min_power <= self.max_power <= 1,
+            "max_power",
+            f"must satisfy 0 < min_power <= max_power <= 1, got min_power={self.min_power}, "
+            f"max_power={self.max_power}",
         )
         need(
             self.reference_bandwidth_gbps > 0,
@@ -198,6 +235,21 @@ class RunConfig:
             if getattr(config, name) is None:
                 setattr(config, name, getattr(defaults, name))
         return config
+
+    def population_spec(self) -> PopulationSpec:
+        """The site population this run describes; the one place a RunConfig becomes a
+        PopulationSpec, so every service that builds sites builds the same ones."""
+        return PopulationSpec(
+            num_sites=self.num_sites,
+            seed=self.seed,
+            min_distance_miles=self.min_distance_miles,
+            max_distance_miles=self.max_distance_miles,
+            distance_distribution=self.distance_distribution,
+            reference_bandwidth_bytes_per_s=self.reference_bandwidth_gbps * 1e9 / 8,
+            min_power=self.min_power,
+            max_power=self.max_power,
+            gpus_per_site=self.gpus_per_site,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -269,7 +321,11 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if base.startswith("dict"):
             if not isinstance(value, dict):
                 raise TypeError
-            return {str(k): float(v) for k, v in value.items()}
+            try:
+                # named choices (gain: separable) become their wire numbers
+                return {str(k): policyparams.encode(str(k), v) for k, v in value.items()}
+            except ValueError as exc:
+                raise ConfigError(f"{source}: {key}.{exc}") from None
     except (TypeError, ValueError):
         raise ConfigError(f"{source}: {key} must be of type {base}, got {value!r}") from None
     return value

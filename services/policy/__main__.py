@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from prometheus_client import CollectorRegistry
 
+from powertrip.policyparams import CHOICES, decode
 from powertrip.service import ServiceSpec, serve, setup_process
 from powertrip.v1 import policy_pb2_grpc
 from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
@@ -20,13 +22,20 @@ from services.policy.servicer import SERVICE_NAME, PolicyMetrics, PolicyServicer
 SPEC = ServiceSpec("policy", DEFAULT_PORT, "PowerTrip policy service: which sites train next")
 
 
+def _param_text(name: str, value: float) -> str:
+    """`gain=feedback` rather than `gain=0` for parameters that name a choice."""
+    return f"{name}={decode(name, value) if name in CHOICES else format(value, 'g')}"
+
+
 def list_policies() -> str:
-    """One line per policy: name, summary and default parameters."""
+    """Per policy: name, summary and default parameters, then its details indented."""
     width = max(len(n) for n in REGISTRY)
     lines = []
     for name, cls in REGISTRY.items():
-        params = ", ".join(f"{k}={v:g}" for k, v in cls.default_params.items())
+        params = ", ".join(_param_text(k, v) for k, v in cls.default_params.items())
         lines.append(f"{name:<{width}}  {cls.summary}" + (f"  [{params}]" if params else ""))
+        for line in textwrap.wrap(cls.details, width=96):
+            lines.append(" " * (width + 2) + line)
     return "\n".join(lines)
 
 

@@ -176,7 +176,8 @@ def build_context(request, config: PolicyConfig) -> Context:
         update_size_bytes=request.update_size_bytes,
         tau_s=request.tau_s,
         history=tuple(
-            RoundOutcome(h.round, h.k, h.accuracy, h.round_time_s) for h in request.history
+            RoundOutcome(h.round, h.k, h.accuracy, h.round_time_s, tuple(h.site_ids))
+            for h in request.history
         ),
         # 0 on the wire means "no target": never stop on accuracy
         target_accuracy=request.target_accuracy if request.target_accuracy > 0 else math.inf,

@@ -116,13 +116,16 @@ def _uniform_sites(n=40, seed=0):
     return table(rng.uniform(0.1, 1.0, n), d, 1.25e9 * 100 / d)
 
 
-def test_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
+SEPARABLE = {"gain": 1.0}
+
+
+def test_separable_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
     t = _uniform_sites()
     first = get_policy("powertrip").select(ctx(t))
     assert len(first.order) == 2  # max(2, 5 % of 40)
     # steady gains: the window lets k grow by up to 2 per round
     history = [RoundOutcome(1, 2, 0.10, 100.0), RoundOutcome(2, 2, 0.20, 100.0)]
-    grown = get_policy("powertrip").select(ctx(t, history))
+    grown = get_policy("powertrip").select(ctx(t, history, params=SEPARABLE))
     assert len(grown.order) > 2
     assert grown.explanation["reason"].startswith("argmax")
     # the pick maximises log(1+k)/T(k) over the candidates, as the explanation shows
@@ -130,25 +133,27 @@ def test_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
     assert grown.explanation["candidates"][int(np.argmax(eff))] == len(grown.order)
 
 
-def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers():
+@pytest.mark.parametrize("rule", [{}, SEPARABLE], ids=["feedback", "separable"])
+def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers(rule):
     # sites beyond the top 3 are terribly slow: growing cannot pay for itself
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
     distance = [100, 110, 120, 9000, 9500, 9900]
     t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
     history = [RoundOutcome(1, 3, 0.1, 60.0), RoundOutcome(2, 3, 0.2, 60.0)]
-    d = get_policy("powertrip").select(ctx(t, history, params={"window": 3}))
+    d = get_policy("powertrip").select(ctx(t, history, params={"window": 3, **rule}))
     assert len(d.order) == 3
 
 
-def test_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_patience():
+def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_patience():
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
     distance = [100, 110, 120, 9000, 9500, 9900]
     t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
     stalled = [RoundOutcome(1, 6, 0.30, 60.0), RoundOutcome(2, 6, 0.29, 60.0)]
-    held = get_policy("powertrip").select(ctx(t, stalled, params={"window": 3, "patience": 3}))
+    params = {"window": 3, "patience": 3, **SEPARABLE}
+    held = get_policy("powertrip").select(ctx(t, stalled, params=params))
     assert len(held.order) == 6  # one round without gain: patience not reached
     longer = [*stalled, RoundOutcome(3, 6, 0.28, 60.0), RoundOutcome(4, 6, 0.30, 60.0)]
-    shrunk = get_policy("powertrip").select(ctx(t, longer, params={"window": 3, "patience": 3}))
+    shrunk = get_policy("powertrip").select(ctx(t, longer, params=params))
     assert len(shrunk.order) == 3  # patience exhausted: back to the efficient core
     assert "shrinking allowed" in shrunk.explanation["reason"]
 

@@ -145,6 +145,8 @@ class RoundOutcome:
     k: int
     accuracy: float
     round_time_s: float
+    #: the sites that trained, in rank order (empty from callers that do not send them)
+    site_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "m_ref_gb": (lambda v: v > 0, "> 0"),
     "radius_miles": (lambda v: v >= 0, ">= 0"),
     "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "gain": (lambda v: v in (0, 1), "feedback (0) or separable (1)"),
+    "calibrate": (lambda v: v in (0, 1), "0 or 1"),
 }
 
 
@@ -201,6 +205,9 @@ class Policy(ABC):
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    #: what `powertrip policies` prints under the summary: which k or site the policy uses,
+    #: and every choice the paper leaves open that the policy makes
+    details: ClassVar[str] = ""
     default_params: ClassVar[dict[str, float]] = {}
 
     def __init__(self, overrides: Mapping[str, float] | None = None):

@@ -14,6 +14,11 @@ from services.policy.policies.scoring import power_ranking
 class Centralized(Policy):
     name = "centralized"
     summary = "one co-located site on pooled data, power capped at power_cap (paper baseline)"
+    details = (
+        "site: the single site with the most power (ties by id) stands for the data centre "
+        "and trains on the pooled data of all sites with no WAN cost, at power_cap of its "
+        "capacity (paper §5.1: 25 % and 50 %), so each round takes tau / power_cap."
+    )
     default_params = {"power_cap": 0.25}
 
     def select(self, ctx: Context) -> Decision:

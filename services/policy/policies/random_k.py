@@ -14,6 +14,10 @@ from services.policy.policies.base import Context, Decision, Policy, default_k, 
 class RandomK(Policy):
     name = "random"
     summary = "k sites uniformly at random each round, blind to power and links (paper baseline)"
+    details = (
+        "k: the k parameter; 0 = 30 % of the alive sites (the paper gives no k for random; "
+        "30 % is the middle of its static sweep). The draw is seeded by (seed, round)."
+    )
     default_params = {"k": 0.0}
 
     def select(self, ctx: Context) -> Decision:
