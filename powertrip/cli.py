@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from powertrip import policyparams
 from powertrip.config import ConfigError, RunConfig
 from powertrip.workloads import REGISTRY
 
@@ -21,8 +24,17 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="run configuration YAML (flags override it)")
     parser.add_argument("--workload", help=f"one of {WORKLOADS} (default femnist)")
     parser.add_argument("--sites", type=int, dest="num_sites", help="number of sites (default 100)")
-    parser.add_argument("--max-rounds", type=int, help="round limit (default 100)")
-    parser.add_argument("--max-sim-hours", type=float, help="stop after this much simulated time")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        help="round limit (default 100; compare and sweep: none, the time budget ends runs)",
+    )
+    parser.add_argument(
+        "--max-sim-hours",
+        type=float,
+        help="stop after this much simulated time (0 = no limit; compare and sweep: "
+        "same as --time-budget-h)",
+    )
     parser.add_argument("--target-accuracy", type=float, help="stop at this held-out accuracy")
     parser.add_argument("--update-size-gb", type=float, help="emulated update size M in GB")
     parser.add_argument("--seed", type=int, help="seed for sites, data split and training")
@@ -50,6 +62,21 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_time_budget_option(parser: argparse.ArgumentParser) -> None:
+    """compare and sweep bound every run by the same time, not a round count, so that
+    policies with short rounds are not stopped earlier (in time) than the others."""
+    from powertrip.experiments.commands import DEFAULT_TIME_BUDGET_H
+
+    parser.add_argument(
+        "--time-budget-h",
+        type=float,
+        metavar="H",
+        help="hours of simulated time every run gets; a run stops before a round that would "
+        f"end after it (default {DEFAULT_TIME_BUDGET_H:g}, with no round cap unless "
+        "--max-rounds or the config sets one; 0 = no time budget, the round cap ends runs)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="powertrip",
@@ -70,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="policy parameter, e.g. --param k=20 (repeatable)",
+        help="policy parameter, e.g. --param k=20 or --param gain=separable (repeatable)",
     )
 
     compare = sub.add_parser("compare", help="run several policies on identical sites and seed")
@@ -78,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--policies", help="comma-separated policy names (default: the paper's set)"
     )
+    _add_time_budget_option(compare)
     compare.add_argument(
         "--budget-factor",
         type=float,
@@ -89,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="static-k sweep (paper Fig. 8): finds k*")
     _add_run_options(sweep)
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
+    _add_time_budget_option(sweep)
 
     from powertrip.experiments import reproduce as _reproduce
 
@@ -124,39 +153,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: RunConfig fields that have a command-line flag of the same name (dest)
+_FLAG_FIELDS = (
+    "workload",
+    "num_sites",
+    "max_rounds",
+    "max_sim_hours",
+    "target_accuracy",
+    "update_size_gb",
+    "seed",
+    "clock",
+    "power",
+    "estimator",
+    "workers",
+    "train_threads",
+    "trainer",
+    "site_batch",
+    "data_dir",
+    "policy",
+)
+
+
 def load_config(args: argparse.Namespace) -> RunConfig:
     config = RunConfig.from_yaml(args.config) if args.config else RunConfig()
-    overrides = {
-        name: getattr(args, name, None)
-        for name in (
-            "workload",
-            "num_sites",
-            "max_rounds",
-            "max_sim_hours",
-            "target_accuracy",
-            "update_size_gb",
-            "seed",
-            "clock",
-            "power",
-            "estimator",
-            "workers",
-            "train_threads",
-            "trainer",
-            "site_batch",
-            "data_dir",
-        )
-    }
-    overrides["policy"] = getattr(args, "policy", None)
+    overrides = {name: getattr(args, name, None) for name in _FLAG_FIELDS}
+    budget = getattr(args, "time_budget_h", None)
+    if budget is not None:
+        if budget < 0:
+            raise ConfigError(f"--time-budget-h: must be >= 0 (0 = no time budget), got {budget}")
+        given = overrides["max_sim_hours"]
+        if given is not None and given != budget:
+            raise ConfigError(
+                f"--time-budget-h {budget:g} and --max-sim-hours {given:g} disagree; give one"
+            )
+        overrides["max_sim_hours"] = budget
     config = config.with_overrides(**overrides)
     for item in getattr(args, "param", []) or []:
         name, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
         try:
-            config.policy_params[name.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"--param {name}: {value!r} is not a number") from None
+            # a number, or the name of a choice (gain=separable)
+            config.policy_params[name.strip()] = policyparams.encode(name.strip(), value)
+        except ValueError as exc:
+            raise ConfigError(f"--param {exc}") from None
     return config.validate()
+
+
+def explicit_settings(args: argparse.Namespace) -> frozenset[str]:
+    """RunConfig fields the user chose, by a flag or a key in the --config YAML, as opposed to
+    defaults: compare and sweep replace the default round cap and time budget, never chosen
+    ones (configs/demo.yaml's max_rounds, for one)."""
+    chosen = {name for name in _FLAG_FIELDS if getattr(args, name, None) is not None}
+    if getattr(args, "time_budget_h", None) is not None:
+        chosen.add("max_sim_hours")
+    if getattr(args, "config", None):
+        try:
+            data = yaml.safe_load(Path(args.config).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:  # load_config has already read it
+            raise ConfigError(f"cannot read config file {args.config}: {exc}") from exc
+        if isinstance(data, dict):
+            chosen.update(str(key) for key in data)
+    return frozenset(chosen)
 
 
 def _resume_args(args: argparse.Namespace) -> None:
@@ -216,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "resume", None):
             _resume_args(args)
         config = load_config(args)
+        args.explicit_settings = explicit_settings(args)
         config = _resolve_workload(config)
         if args.command == "run":
             return commands.run(config, args)

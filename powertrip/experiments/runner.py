@@ -21,6 +21,10 @@ from powertrip.experiments.launcher import (
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, policy_pb2, policy_pb2_grpc
 
+#: max_rounds for runs that the time budget ends, not a round count (compare, sweep): a
+#: round cap would stop policies with short rounds earlier in time than the others.
+UNBOUNDED_ROUNDS = 100_000
+
 
 class RunError(RuntimeError):
     pass
@@ -123,11 +127,14 @@ def run_once(
 def _follow(
     aggregator: ServiceProcess, processes, config: RunConfig, label: str, show: bool
 ) -> None:
-    """Poll the aggregator's status until the run ends; show a progress bar per round."""
+    """Poll the aggregator's status until the run ends. The progress bar counts rounds, or
+    hours of time spent when the time budget rather than a round cap ends the run."""
+    by_time = config.max_sim_hours > 0 and config.max_rounds >= UNBOUNDED_ROUNDS
     bar = tqdm(
-        total=config.max_rounds,
+        total=config.max_sim_hours if by_time else config.max_rounds,
         desc=f"{label:>16}",
-        unit="round",
+        unit="h" if by_time else "round",
+        bar_format="{l_bar}{bar}| {n:.2f}/{total:.2f} h [{elapsed}{postfix}]" if by_time else None,
         disable=not show,
         dynamic_ncols=True,
         leave=True,
@@ -147,10 +154,14 @@ def _follow(
                 time.sleep(0.3)
                 continue
             if status.round > last_round:
-                bar.update(status.round - last_round)
+                sim_h = status.sim_time_s / 3600
+                if by_time:
+                    bar.update(min(sim_h, config.max_sim_hours) - bar.n)
+                else:
+                    bar.update(status.round - last_round)
                 last_round = status.round
                 bar.set_postfix_str(
-                    f"k={status.k} acc={status.accuracy:.3f} t={status.sim_time_s / 3600:.2f}h"
+                    f"round {status.round} k={status.k} acc={status.accuracy:.3f} t={sim_h:.2f}h"
                 )
             if status.state in ("done", "failed"):
                 break
@@ -166,4 +177,11 @@ def _follow(
         )
 
 
-__all__ = ["RunError", "RunOutcome", "policy_names", "run_once", "split_sites"]
+__all__ = [
+    "UNBOUNDED_ROUNDS",
+    "RunError",
+    "RunOutcome",
+    "policy_names",
+    "run_once",
+    "split_sites",
+]

@@ -53,6 +53,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
 #: config.yaml is what the aggregator writes; run-config.yaml is the driver's copy.
 CONFIG_FILES = ("config.yaml", "run-config.yaml")
 
+#: acc_at_t is the accuracy at the equal time t_s (the same T in every row, see
+#: equal_time_s); covered_s is how far each run's accuracy is known (see covered_time_s).
 COMPARISON_COLUMNS = (
     "policy",
     "time_to_target_s",
@@ -61,6 +63,10 @@ COMPARISON_COLUMNS = (
     "best_accuracy",
     "sim_time_s",
     "reached",
+    "acc_at_t",
+    "t_s",
+    "covered_s",
+    "stopped_reason",
 )
 SWEEP_COLUMNS = ("k", "time_to_target_s", "rounds", "final_accuracy", "reached")
 
@@ -120,6 +126,12 @@ class RunResult:
     def has_column(self, name: str) -> bool:
         return bool(self.rounds) and name in self.rounds[0]
 
+    def accuracy_at(self, t_s: float) -> float | None:
+        """Accuracy of the model the run held at simulated time t_s (see accuracy_at_time)."""
+        if not self.rounds:
+            return None
+        return accuracy_at_time(self.column("sim_time_s"), self.column("accuracy"), t_s)
+
     def selected_sites(self) -> dict[str, int]:
         """How many rounds each site was selected in."""
         counts: dict[str, int] = {}
@@ -127,6 +139,21 @@ class RunResult:
             for site in row["sites"]:
                 counts[site] = counts.get(site, 0) + 1
         return counts
+
+
+def accuracy_at_time(
+    times_s: Sequence[float] | np.ndarray, accuracies: Sequence[float] | np.ndarray, t_s: float
+) -> float | None:
+    """The accuracy a run held at simulated time t_s: that of the last round finished by then
+    (a step function; 0.0 before the first round ends). None when the run stopped before
+    t_s, because what it would have held later is unknown; compare runs only at times that
+    every one of them reached."""
+    times = np.asarray(times_s, dtype=float)
+    accs = np.asarray(accuracies, dtype=float)
+    if len(times) == 0 or t_s > times[-1] + 1e-9:
+        return None
+    done = int(np.searchsorted(times, t_s + 1e-9, side="right"))
+    return 0.0 if done == 0 else float(accs[done - 1])
 
 
 def _as_float(value: Any) -> float:
@@ -282,8 +309,46 @@ def sweep_subdirs(path: Path) -> list[tuple[int, Path]]:
 
 
 # ---- comparison ------------------------------------------------------------------------
+def covered_time_s(run: RunResult) -> float:
+    """How far into (simulated) time a run's accuracy is known. Normally its last round; when
+    the time budget stopped it, up to the budget: the aggregator stops before a round that
+    would end past the budget, so the run would have held its last model until then anyway."""
+    covered = run.sim_time_s
+    cap_h = _as_float(run.config.get("max_sim_hours"))
+    if run.summary.get("stopped_reason") == "time_budget" and cap_h == cap_h and cap_h > 0:
+        covered = max(covered, cap_h * 3600)
+    return covered
+
+
+def equal_time_s(runs: Iterable[RunResult]) -> float | None:
+    """T, the time at which runs are compared by accuracy: the earliest time to target among
+    the runs that reached it (how far the winner needed), else the shortest time any run
+    covered (usually the shared time budget), so that every run's accuracy at T is known."""
+    runs = list(runs)
+    reached = [r.time_to_target_s for r in runs if r.time_to_target_s is not None]
+    if reached:
+        return min(reached)
+    covered = [covered_time_s(r) for r in runs]
+    return min(covered) if covered else None
+
+
+def accuracy_at_equal_time(run: RunResult, t_s: float) -> float | None:
+    """The run's accuracy at T, or None when it stopped before T (cut off, round cap, failure)
+    and so what it would have held at T is unknown. A run stopped by its time budget holds
+    its last model until the budget; 0.0 when no round had finished by T."""
+    if t_s > covered_time_s(run) + 1e-9:
+        return None
+    if not run.rounds:
+        return 0.0
+    last_s = float(run.rounds[-1]["sim_time_s"])
+    return run.accuracy_at(min(t_s, last_s))
+
+
 def comparison_rows(runs: Iterable[RunResult]) -> list[dict[str, Any]]:
-    """One row per run, fastest to target first; runs that missed it last, best first."""
+    """One row per run, fastest to target first, then by accuracy at the equal time T
+    (`t_s`, the same in every row; see equal_time_s), runs without acc@T last."""
+    runs = list(runs)
+    t_s = equal_time_s(runs)
     rows = [
         {
             "policy": run.name,
@@ -293,6 +358,10 @@ def comparison_rows(runs: Iterable[RunResult]) -> list[dict[str, Any]]:
             "best_accuracy": _as_float(run.summary.get("best_accuracy")),
             "sim_time_s": run.sim_time_s,
             "reached": run.reached,
+            "acc_at_t": None if t_s is None else accuracy_at_equal_time(run, t_s),
+            "t_s": t_s,
+            "covered_s": covered_time_s(run),
+            "stopped_reason": str(run.summary.get("stopped_reason") or ""),
         }
         for run in runs
     ]
@@ -300,15 +369,21 @@ def comparison_rows(runs: Iterable[RunResult]) -> list[dict[str, Any]]:
 
 
 def _rank_key(row: dict[str, Any]) -> tuple:
+    """Time to target (reached first), then accuracy at T (unknown last), then best accuracy."""
     ttt = row["time_to_target_s"]
-    if ttt is not None:
-        return (0, ttt, row["policy"])
+    acc = row.get("acc_at_t")
     best = row["best_accuracy"]
-    return (1, -(best if best == best else -math.inf), row["policy"])
+    return (
+        ttt is None,
+        0.0 if ttt is None else ttt,
+        -acc if acc is not None and acc == acc else math.inf,
+        -best if best == best else math.inf,
+        row["policy"],
+    )
 
 
 def write_comparison(comp_dir: str | Path, runs: Sequence[RunResult]) -> Path:
-    """Write comparison.csv (sorted by time to target, not reached last)."""
+    """Write comparison.csv (sorted like comparison_rows; enough to rebuild format_table)."""
     out = Path(comp_dir) / "comparison.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
@@ -324,6 +399,10 @@ def write_comparison(comp_dir: str | Path, runs: Sequence[RunResult]) -> Path:
                     _num(row["best_accuracy"]),
                     _num(row["sim_time_s"]),
                     "true" if row["reached"] else "false",
+                    _num(row["acc_at_t"]),
+                    _num(row["t_s"]),
+                    _num(row["covered_s"]),
+                    row["stopped_reason"],
                 ]
             )
     return out
@@ -335,21 +414,41 @@ def _num(value: float | None) -> str:
     return repr(round(float(value), 6))
 
 
-def _normalise(row: RunResult | dict[str, Any]) -> dict[str, Any]:
-    """Accept RunResults, comparison_rows() output or rows read back from comparison.csv."""
-    if isinstance(row, RunResult):
-        return comparison_rows([row])[0]
-    ttt = row.get("time_to_target_s")
-    ttt = None if ttt in (None, "") else float(ttt)
-    return {
-        "policy": str(row.get("policy", "")),
-        "time_to_target_s": ttt,
-        "rounds": int(float(row.get("rounds") or 0)),
-        "final_accuracy": _as_float(row.get("final_accuracy")),
-        "best_accuracy": _as_float(row.get("best_accuracy")),
-        "sim_time_s": _as_float(row.get("sim_time_s")),
-        "reached": ttt is not None,
-    }
+def _optional(value: Any) -> float | None:
+    number = _as_float(value)
+    return None if number != number else number
+
+
+def _normalise_all(rows: Iterable[RunResult | dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accept RunResults, comparison_rows() output or rows read back from comparison.csv
+    (older files lack the acc@T columns: their acc@T shows as unknown)."""
+    rows = list(rows)
+    results = [r for r in rows if isinstance(r, RunResult)]
+    if results and len(results) != len(rows):
+        raise TypeError("give either RunResults or table rows, not a mix")
+    if results:
+        return comparison_rows(results)  # T is a property of the whole set of runs
+    out = []
+    for row in rows:
+        ttt = _optional(row.get("time_to_target_s"))
+        sim = _as_float(row.get("sim_time_s"))
+        covered = _optional(row.get("covered_s"))
+        out.append(
+            {
+                "policy": str(row.get("policy", "")),
+                "time_to_target_s": ttt,
+                "rounds": int(float(row.get("rounds") or 0)),
+                "final_accuracy": _as_float(row.get("final_accuracy")),
+                "best_accuracy": _as_float(row.get("best_accuracy")),
+                "sim_time_s": sim,
+                "reached": ttt is not None,
+                "acc_at_t": _optional(row.get("acc_at_t")),
+                "t_s": _optional(row.get("t_s")),
+                "covered_s": sim if covered is None else covered,
+                "stopped_reason": str(row.get("stopped_reason") or ""),
+            }
+        )
+    return sorted(out, key=_rank_key)
 
 
 def time_to_target_text(ttt_s: float | None, sim_time_s: float) -> str:
@@ -361,21 +460,70 @@ def time_to_target_text(ttt_s: float | None, sim_time_s: float) -> str:
     return f"not reached (> {sim_time_s / 3600:.3f} h)"
 
 
-def table_cells(rows: Iterable[RunResult | dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Headers and formatted cells shared by the text and HTML tables."""
-    headers = ["policy", "time to target (h)", "rounds", "final acc", "best acc"]
-    cells = []
-    for row in sorted((_normalise(r) for r in rows), key=_rank_key):
-        cells.append(
-            [
-                row["policy"],
-                time_to_target_text(row["time_to_target_s"], row["sim_time_s"]),
-                str(row["rounds"]),
-                _pct(row["final_accuracy"]),
-                _pct(row["best_accuracy"]),
-            ]
+@dataclass
+class ComparisonTable:
+    """Headers, cells and footnotes shared by the text and HTML comparison tables."""
+
+    headers: list[str]
+    cells: list[list[str]]
+    notes: list[str]
+    #: which columns hold numbers (right-aligned in text)
+    numeric: list[bool]
+
+
+def comparison_table_parts(rows: Iterable[RunResult | dict[str, Any]]) -> ComparisonTable:
+    """The comparison as cells plus the footnotes that say what T is and why a cell is '-'."""
+    norm = _normalise_all(rows)
+    t_s = next((r["t_s"] for r in norm if r["t_s"] is not None), None)
+    acc_header = "acc@T" if t_s is None else f"acc@T={t_s / 3600:.3f}h"
+    headers = ["policy", "time to target (h)", acc_header, "rounds", "final acc", "best acc"]
+    cells = [
+        [
+            row["policy"],
+            time_to_target_text(row["time_to_target_s"], row["covered_s"]),
+            "-" if row["acc_at_t"] is None else _pct(row["acc_at_t"]),
+            str(row["rounds"]),
+            _pct(row["final_accuracy"]),
+            _pct(row["best_accuracy"]),
+        ]
+        for row in norm
+    ]
+    return ComparisonTable(
+        headers, cells, _table_notes(norm, t_s), [False, False, True, True, True, True]
+    )
+
+
+def _table_notes(rows: list[dict[str, Any]], t_s: float | None) -> list[str]:
+    if t_s is None:
+        if rows:
+            return ["acc@T: unknown (comparison.csv predates accuracy at equal time)."]
+        return []
+    winners = [r["policy"] for r in rows if r["time_to_target_s"] == t_s]
+    if winners:
+        why = f"the earliest time to target ({', '.join(winners)})"
+    else:
+        why = "the shortest time every run covered, as no policy reached the target"
+    notes = [f"acc@T: the accuracy each policy held at T = {t_s / 3600:.3f} h, {why}."]
+    early = [
+        f"{r['policy']} at {r['sim_time_s'] / 3600:.3f} h ({r['stopped_reason'] or 'stopped'})"
+        for r in rows
+        if r["acc_at_t"] is None
+    ]
+    if early:
+        notes.append(
+            "acc@T '-': the run stopped before T, so its accuracy at T is unknown: "
+            + "; ".join(early)
+            + "."
         )
-    return headers, cells
+    if any(r["acc_at_t"] == 0.0 for r in rows):
+        notes.append("0.0000 at T: the run had not finished a round by T.")
+    return notes
+
+
+def table_cells(rows: Iterable[RunResult | dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells shared by the text and HTML tables (no footnotes)."""
+    parts = comparison_table_parts(rows)
+    return parts.headers, parts.cells
 
 
 def _pct(value: float) -> str:
@@ -383,20 +531,20 @@ def _pct(value: float) -> str:
 
 
 def format_table(rows: Iterable[RunResult | dict[str, Any]]) -> str:
-    """A fixed-width text table of a comparison, fastest first."""
-    headers, cells = table_cells(rows)
+    """A fixed-width text table of a comparison, fastest first, with its footnotes below."""
+    parts = comparison_table_parts(rows)
+    headers, cells = parts.headers, parts.cells
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    numeric = [False, False, True, True, True]
 
     def line(values: list[str]) -> str:
-        parts = [
+        cols = [
             v.rjust(w) if right else v.ljust(w)
-            for v, w, right in zip(values, widths, numeric, strict=True)
+            for v, w, right in zip(values, widths, parts.numeric, strict=True)
         ]
-        return "  ".join(parts).rstrip()
+        return "  ".join(cols).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(c) for c in cells)])
+    return "\n".join([line(headers), rule, *(line(c) for c in cells), *parts.notes])
 
 
 # ---- static-k sweep --------------------------------------------------------------------

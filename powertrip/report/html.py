@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powertrip.report.data import RunResult, table_cells
+from powertrip.report.data import RunResult, comparison_table_parts
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;
@@ -45,6 +45,8 @@ class Table:
     rows: list[list[str]]
     caption: str = ""
     highlight: set[int] = field(default_factory=set)
+    #: footnotes printed under the table (what a column means, why a cell is '-')
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -163,7 +165,11 @@ def _table_html(table: Table) -> str:
         cls = ' class="highlight"' if i in table.highlight else ""
         body.append(f"<tr{cls}>{cells}</tr>")
     caption = f"<caption>{esc(table.caption)}</caption>" if table.caption else ""
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    notes = "".join(f'<p class="note">{esc(note)}</p>' for note in table.notes)
+    return (
+        f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"{notes}"
+    )
 
 
 def _cell_html(text: str) -> str:
@@ -185,9 +191,15 @@ def _is_number(text: str) -> bool:
 
 # ---- tables the reports share ----------------------------------------------------------
 def comparison_table(runs: Sequence[RunResult]) -> Table:
-    """The comparison as an HTML table, same cells as format_table()."""
-    headers, rows = table_cells(runs)
-    return Table(headers, rows, caption="Fastest to target first; runs that missed it last.")
+    """The comparison as an HTML table, same cells and footnotes as format_table()."""
+    parts = comparison_table_parts(runs)
+    return Table(
+        parts.headers,
+        parts.cells,
+        caption="Fastest to target first, then by accuracy at the equal time T (acc@T); "
+        "runs that missed the target last.",
+        notes=parts.notes,
+    )
 
 
 def clock_text(clock: str) -> str:

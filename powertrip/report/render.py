@@ -122,7 +122,7 @@ def render_comparison(comp_dir: str | Path) -> Path:
         Section(
             "Comparison",
             tables=[comparison_table(runs)],
-            notes=[f"Also written to {csv_path.name}."],
+            notes=[*_budget_notes(runs), f"Also written to {csv_path.name}."],
         ),
         Section("Figures", images=images),
         Section(
@@ -136,6 +136,27 @@ def render_comparison(comp_dir: str | Path) -> Path:
     ]
     workload = first.summary.get("workload") or first.config.get("workload") or ""
     return write_html(path, f"PowerTrip comparison on {workload}", sections)
+
+
+def _budget_notes(runs: list[RunResult]) -> list[str]:
+    """The time budget each run had: a fair comparison gives every policy the same one, and
+    a budget-factor cut-off gives later policies less (the config table leaves it out)."""
+    caps = [float(run.config.get("max_sim_hours") or 0.0) for run in runs]
+    if not any(caps):
+        return ["No time budget: each run ended at the target or its round cap."]
+    if len(set(caps)) == 1:
+        return [
+            f"Every policy had the same time budget of {caps[0]:g} h; a run stops before a "
+            "round that would end after it."
+        ]
+    per_run = ", ".join(
+        f"{run.name} {cap:.3f} h" if cap else f"{run.name} none"
+        for run, cap in zip(runs, caps, strict=True)
+    )
+    return [
+        f"Time budget per policy: {per_run} (a budget factor cuts later policies off relative "
+        "to the best time to target before them)."
+    ]
 
 
 def render_sweep(sweep_dir: str | Path) -> Path:

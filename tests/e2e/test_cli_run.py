@@ -6,8 +6,15 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+
+from powertrip.cli import build_parser, explicit_settings, load_config
+from powertrip.config import ConfigError
+from powertrip.experiments.commands import DEFAULT_TIME_BUDGET_H, time_bound
+from powertrip.experiments.runner import UNBOUNDED_ROUNDS
 
 pytestmark = pytest.mark.slow
 
@@ -111,6 +118,99 @@ def test_compare_writes_table_and_each_policy(tmp_path):
         assert (out / policy / "rounds.csv").exists()
     assert (out / "time_to_accuracy.png").exists()
     assert "powertrip" in done.stdout
+
+
+def test_compare_bounds_every_run_by_the_time_budget(tmp_path):
+    out = tmp_path / "cmp"
+    budget_h = 0.5
+    done = powertrip(
+        "compare",
+        "--workload",
+        "synthetic",
+        "--sites",
+        "10",
+        "--policies",
+        "static,all",
+        "--time-budget-h",
+        str(budget_h),
+        "--target-accuracy",
+        "0.99",  # out of reach: only the budget can end the runs
+        "--seed",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bound: 0.5 h of simulated time per run (as set); no round cap" in done.stdout
+    for policy in ("static", "all"):
+        summary = json.loads((out / policy / "summary.json").read_text())
+        assert summary["stopped_reason"] == "time_budget", policy
+        assert 0 < summary["sim_time_s"] <= budget_h * 3600
+        assert summary["rounds"] >= 1
+        config = yaml.safe_load((out / policy / "config.yaml").read_text())
+        assert config["max_sim_hours"] == budget_h
+        assert config["max_rounds"] == UNBOUNDED_ROUNDS
+    # neither reached the target and both covered the whole budget: T is the budget
+    assert "acc@T=0.500h" in done.stdout
+    assert "the shortest time every run covered" in done.stdout
+    rows = list(csv.DictReader((out / "comparison.csv").open()))
+    assert {r["policy"] for r in rows} == {"static", "all"}
+    assert all(float(r["t_s"]) == budget_h * 3600 and r["acc_at_t"] for r in rows)
+    assert "acc@T=0.500h" in (out / "report.html").read_text()
+
+
+def test_compare_keeps_a_round_cap_set_in_the_config(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("workload: synthetic\nnum_sites: 6\nmax_rounds: 2\ntarget_accuracy: 0.99\n")
+    out = tmp_path / "cmp"
+    done = powertrip(
+        "compare",
+        "--config",
+        str(config),
+        "--policies",
+        "static,all",
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{DEFAULT_TIME_BUDGET_H:g} h of simulated time per run (the default" in done.stdout
+    assert "or 2 rounds (max_rounds as set)" in done.stdout
+    for policy in ("static", "all"):
+        summary = json.loads((out / policy / "summary.json").read_text())
+        assert summary["stopped_reason"] == "max_rounds" and summary["rounds"] == 2
+
+
+def _bound(*argv: str):
+    args = build_parser().parse_args(["compare", "--workload", "synthetic", *argv])
+    return time_bound(load_config(args), explicit_settings(args))
+
+
+def test_time_bound_replaces_only_what_the_user_did_not_set(tmp_path):
+    config, line = _bound()
+    assert config.max_sim_hours == DEFAULT_TIME_BUDGET_H
+    assert config.max_rounds == UNBOUNDED_ROUNDS
+    assert line.endswith("(the default; --time-budget-h to change); no round cap")
+    config, line = _bound("--max-rounds", "7")
+    assert (config.max_rounds, config.max_sim_hours) == (7, DEFAULT_TIME_BUDGET_H)
+    assert "or 7 rounds (max_rounds as set)" in line
+    config, line = _bound("--max-sim-hours", "2")
+    assert (config.max_rounds, config.max_sim_hours) == (UNBOUNDED_ROUNDS, 2.0)
+    config, line = _bound("--time-budget-h", "0", "--max-rounds", "9")
+    assert (config.max_rounds, config.max_sim_hours) == (9, 0.0)
+    assert "no time budget" in line
+    with pytest.raises(ConfigError, match="disagree"):
+        _bound("--time-budget-h", "1", "--max-sim-hours", "2")
+    with pytest.raises(ConfigError, match="time-budget-h"):
+        _bound("--time-budget-h", "-1")
+    # a YAML value counts as set: `make demo` keeps configs/demo.yaml's round cap
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+    args = build_parser().parse_args(["compare", "--config", str(demo), "--budget-factor", "1.25"])
+    config, line = time_bound(load_config(args), explicit_settings(args))
+    assert config.max_rounds == yaml.safe_load(demo.read_text())["max_rounds"]
+    assert config.max_sim_hours == DEFAULT_TIME_BUDGET_H
+    assert "(max_rounds as set)" in line
 
 
 @pytest.mark.parametrize(
