@@ -28,7 +28,7 @@ from powertrip.sitecolumns import (
     profile_at,
     row_of,
 )
-from powertrip.timemodel import SiteTime, comm_time_from_latency_s, compute_time_s, round_time
+from powertrip.timemodel import RoundTime, SiteTime, comm_time_from_latency_s, round_time
 from powertrip.training import eval_subset, evaluate, site_seed
 from powertrip.v1 import (
     aggregator_pb2,
@@ -40,9 +40,16 @@ from powertrip.v1 import (
 )
 from powertrip.workloads import get_workload
 from services.aggregator.config import AggregatorConfig
-from services.aggregator.records import CheckpointError, RoundRow, RunRecorder, load_checkpoint
+from services.aggregator.records import (
+    CheckpointError,
+    RoundRow,
+    RunRecorder,
+    load_checkpoint,
+    round_sites,
+)
 from services.aggregator.servicer import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RoundInProgress
+from services.aggregator.workmodel import measured_breakdown, split_work
 
 log = logging.getLogger("aggregator")
 RPC_RETRIES = 5
@@ -104,6 +111,7 @@ class LoopResult:
                     "round_time_s": h.round_time_s,
                     "predicted_round_time_s": h.predicted_round_time_s,
                     "sim_time_s": h.sim_time_s,
+                    "site_ids": list(h.site_ids),
                 }
                 for h in self.history
             ],
@@ -200,7 +208,7 @@ class RoundLoop:
                 log.warning(
                     "--resume: no checkpoint in %s; starting from round 1", self.config.out_dir
                 )
-            self.recorder = RunRecorder(self.config.out_dir)
+            self.recorder = RunRecorder(self.config.out_dir, clock=self.run.clock)
             self.state.set_model(initial, version=0)
         else:
             self._restore(initial, *checkpoint)
@@ -226,7 +234,10 @@ class RoundLoop:
             raise CheckpointError(f"{where}: the checkpointed model does not match the workload")
         self.result = LoopResult.from_json(saved["result"])
         self.start_round = int(saved["round"]) + 1
-        self.recorder = RunRecorder(self.config.out_dir, keep_rounds=int(saved["round"]))
+        self.recorder = RunRecorder(
+            self.config.out_dir, keep_rounds=int(saved["round"]), clock=self.run.clock
+        )
+        self._restore_site_ids()
         self.state.set_model(weights, version=int(saved["model_version"]))
         self.state.restore_dead(saved.get("dead_sites", []))
         if saved.get("last_selection"):
@@ -248,6 +259,17 @@ class RoundLoop:
             self.result.rounds,
             self.result.sim_time_s,
         )
+
+    def _restore_site_ids(self) -> None:
+        """Checkpoints written before RoundRecord.site_ids existed have history without it
+        (a policy such as static-k reads round 1's set from it): take each round's sites
+        from rounds.csv, already trimmed to the checkpoint's round."""
+        missing = [h for h in self.result.history if not h.site_ids]
+        if not missing:
+            return
+        sites = round_sites(self.config.out_dir)
+        for record in missing:
+            record.site_ids.extend(sites.get(record.round, []))
 
     def wait_for_sites(self) -> None:
         deadline = time.monotonic() + self.config.register_timeout_s
@@ -339,7 +361,12 @@ class RoundLoop:
                     out.alive[row] = False
         return out
 
-    def dispatch(self, round_no: int, selection: policy_pb2.Selection) -> RoundInProgress:
+    def dispatch(
+        self, round_no: int, selection: policy_pb2.Selection, steps: dict[str, int] | None = None
+    ) -> RoundInProgress:
+        """Hand each selected site its task; `steps` gives a site's local steps where the
+        work model varies them (data-parallel), else every site runs the run's local_steps."""
+        steps = steps or {}
         version = self.state.model_version
         pooled = selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED
         tasks = {}
@@ -350,7 +377,7 @@ class RoundLoop:
                 round=round_no,
                 site_id=site,
                 model_version=version,
-                local_steps=self.run.local_steps,
+                local_steps=steps.get(site, self.run.local_steps),
                 lr=self.run.lr,
                 batch_size=self.run.batch_size,
                 seed=site_seed(self.run.seed, round_no, site_index(site)),
@@ -393,27 +420,43 @@ class RoundLoop:
         if not progress.received:
             raise EmptyRound(f"round {progress.round}: no site returned a delta")
 
-    def simulated_time(self, selection, profiles_by_id) -> tuple[float, object, list[SiteTime]]:
+    def simulated_time(
+        self, selection: policy_pb2.Selection, profiles_by_id: dict
+    ) -> tuple[float, RoundTime, list[SiteTime], dict[str, int]]:
+        """The time model's round for `selection`: (round seconds, breakdown, per-site times,
+        per-site local steps). The work model decides each site's steps and compute (see
+        services/aggregator/workmodel.py); comm is Eq. 3 per direction, as ever."""
         run = self.run
         if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+            # one site, power-capped, training on the pooled data; no link to cross
             site = selection.site_ids[0]
-            times = [SiteTime(site, compute_time_s(run.tau_s, selection.power_cap), 0.0)]
+            work = split_work(
+                run.work_model,
+                [site],
+                [selection.power_cap],
+                local_steps=run.local_steps,
+                tau_s=run.tau_s,
+            )
+            comm = [0.0]
         else:
-            times = []
-            for site in selection.site_ids:
-                prof = profiles_by_id[site]
-                one_way = comm_time_from_latency_s(
+            profs = [profiles_by_id[site] for site in selection.site_ids]
+            work = split_work(
+                run.work_model,
+                list(selection.site_ids),
+                [prof.power_fraction for prof in profs],
+                local_steps=run.local_steps,
+                tau_s=run.tau_s,
+            )
+            comm = [
+                run.comm_directions
+                * comm_time_from_latency_s(
                     prof.latency_s, prof.bandwidth_bytes_per_s, run.update_size_bytes
                 )
-                times.append(
-                    SiteTime(
-                        site,
-                        compute_time_s(run.tau_s, prof.power_fraction),
-                        run.comm_directions * one_way,
-                    )
-                )
+                for prof in profs
+            ]
+        times = [SiteTime(w.site_id, w.compute_s, c) for w, c in zip(work, comm, strict=True)]
         timing = round_time(times, aggregation_s=run.aggregation_s)
-        return timing.round_time_s, timing, times
+        return timing.round_time_s, timing, times, {w.site_id: w.steps for w in work}
 
     def run_round(self, round_no: int) -> bool:
         """One synchronous round; returns True when the run should stop."""
@@ -427,20 +470,22 @@ class RoundLoop:
         profiles_by_id = {
             site: profile_at(profiles, rows[site]) for site in selection.site_ids if site in rows
         }
-        sim_round_s, timing, _ = self.simulated_time(selection, profiles_by_id)
+        sim_round_s, timing, _, steps = self.simulated_time(selection, profiles_by_id)
         if run.clock == "simulated" and run.max_sim_hours:
             # On the simulated clock the round's length is known before it runs: do not
             # train a round that would end after the time budget.
             if result.sim_time_s + sim_round_s > run.max_sim_hours * 3600:
                 result.stopped_reason = "time_budget"
                 return True
-        progress = self.dispatch(round_no, selection)
+        progress = self.dispatch(round_no, selection, steps)
         self.collect(progress)
-        wall_train = time.monotonic() - wall_start
+        collected_at = time.monotonic()
+        wall_train = collected_at - wall_start
 
         delta = progress.fedavg.result()
         new_weights = apply_delta(self.state.weights, delta)
         eval_start = time.monotonic()
+        wall_aggregation = eval_start - collected_at
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in new_weights.items()})
         accuracy, loss = evaluate(self.workload, self.model, self.eval_x, self.eval_y)
         wall_eval = time.monotonic() - eval_start
@@ -448,6 +493,21 @@ class RoundLoop:
 
         wall_round_s = time.monotonic() - wall_start
         round_s = sim_round_s if run.clock == "simulated" else wall_round_s
+        predicted: float | None = selection.predicted_round_time_s
+        if run.clock == "wall":
+            # What happened, not what the model says: the straggler's measured training
+            # and the rest of its round, the sites' measured idle time, the measured FedAvg.
+            # The policy predicts from tau_s and the profiles, i.e. in the time model's
+            # seconds, so its prediction is left empty here (it stays in decisions.jsonl)
+            # and the model's own round time goes to model_round_time_s.
+            timing = measured_breakdown(
+                {s: t - progress.started_at for s, t in progress.finished_at.items()},
+                progress.compute_wall_s,
+                collected_at - progress.started_at,
+                aggregation_s=wall_aggregation,
+                round_time_s=wall_round_s,
+            )
+            predicted = None
         result.sim_time_s += round_s
         result.rounds = round_no
         result.accuracy = accuracy
@@ -466,7 +526,7 @@ class RoundLoop:
             comm_s=timing.comm_s,
             wait_s=timing.wait_s,
             aggregation_s=timing.aggregation_s,
-            predicted_round_time_s=selection.predicted_round_time_s,
+            predicted_round_time_s=predicted,
             bytes_up=progress.bytes_up,
             bytes_down=len(contributed) * self.state.model_bytes,
             emulated_bytes=run.comm_directions * run.update_size_bytes * k,
@@ -474,6 +534,7 @@ class RoundLoop:
             mode=policy_pb2.SelectionMode.Name(selection.mode).split("_")[-1].lower(),
             train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
             clock=run.clock,
+            model_round_time_s=sim_round_s if run.clock == "wall" else None,
         )
         decision = {
             "policy": selection.policy,
@@ -488,6 +549,12 @@ class RoundLoop:
                 for s in selection.shadows
             ],
         }
+        if run.work_model == "data-parallel":
+            # each site's share of W, as asked and as its worker reports having trained
+            decision["local_steps"] = steps
+            decision["trained_steps"] = {s: progress.steps[s] for s in sorted(progress.steps)}
+        if run.clock == "wall":
+            decision["model_round_time_s"] = sim_round_s
         self.recorder.add_round(row, decision, (wall_round_s, wall_train, wall_eval))
         result.history.append(
             common_pb2.RoundRecord(
@@ -497,6 +564,7 @@ class RoundLoop:
                 round_time_s=round_s,
                 predicted_round_time_s=selection.predicted_round_time_s,
                 sim_time_s=result.sim_time_s,
+                site_ids=selection.site_ids,
             )
         )
         self._publish(row)
@@ -651,6 +719,12 @@ class RoundLoop:
         if run.clock == "simulated":
             summary["clock_note"] = (
                 "simulated clock: real training and accuracy, time from the model"
+            )
+        else:
+            summary["clock_note"] = (
+                "wall clock: round times and their compute/comm/wait/aggregation breakdown "
+                "are measured; predicted_round_time_s is empty because the policy predicts "
+                "in the time model's seconds, which model_round_time_s records"
             )
         self.recorder.write_summary(summary)
 

@@ -30,7 +30,9 @@ class RoundRow:
     comm_s: float
     wait_s: float
     aggregation_s: float
-    predicted_round_time_s: float
+    #: the policy's prediction; None (an empty cell) on the wall clock, where the policy
+    #: predicts in the time model's units, not in seconds that happened
+    predicted_round_time_s: float | None
     bytes_up: int
     bytes_down: int
     emulated_bytes: float
@@ -38,13 +40,27 @@ class RoundRow:
     mode: str
     train_loss: float
     clock: str
+    #: wall clock only: what the time model says this round would take (the simulated
+    #: clock's round_time_s for the same selection), beside the measured round_time_s
+    model_round_time_s: float | None = None
 
 
-#: rounds.csv columns, in file order: exactly the fields of RoundRow.
-ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
+#: Columns only the wall clock writes: on the simulated clock the model's round time *is*
+#: round_time_s, and leaving them out keeps simulated rounds.csv files byte for byte as
+#: they were before the column existed.
+WALL_ONLY_COLUMNS = ("model_round_time_s",)
+#: rounds.csv columns of the simulated clock, in file order.
+ROUND_COLUMNS = [f.name for f in fields(RoundRow) if f.name not in WALL_ONLY_COLUMNS]
+
+
+def round_columns(clock: str) -> list[str]:
+    """rounds.csv columns, in file order, of a run on `clock`."""
+    return ROUND_COLUMNS + list(WALL_ONLY_COLUMNS) if clock == "wall" else list(ROUND_COLUMNS)
 
 
 def _fmt(value) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         return repr(round(value, 9))
     return str(value)
@@ -63,19 +79,20 @@ class RunRecorder:
     """Append-only round files. `keep_rounds` (on resume) keeps rows of rounds <= it and
     drops any written after the last checkpoint, so the files continue seamlessly."""
 
-    def __init__(self, out_dir: Path, keep_rounds: int | None = None):
+    def __init__(self, out_dir: Path, keep_rounds: int | None = None, clock: str = "simulated"):
         self.out_dir = Path(out_dir)
+        self.columns = round_columns(clock)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.rounds_path = self.out_dir / "rounds.csv"
         self.decisions_path = self.out_dir / "decisions.jsonl"
         self.wall_path = self.out_dir / "wall.csv"
         if keep_rounds is None:
             with self.rounds_path.open("w", newline="") as f:
-                csv.writer(f).writerow(ROUND_COLUMNS)
+                csv.writer(f).writerow(self.columns)
             self.decisions_path.write_text("")
             self.wall_path.write_text(WALL_HEADER)
             return
-        header = ",".join(ROUND_COLUMNS) + "\r\n"
+        header = ",".join(self.columns) + "\r\n"
         _truncate(self.rounds_path, header, keep_rounds, lambda line: line.split(",", 1)[0])
         _truncate(self.decisions_path, "", keep_rounds, lambda line: json.loads(line)["round"])
         _truncate(self.wall_path, WALL_HEADER, keep_rounds, lambda line: line.split(",", 1)[0])
@@ -83,7 +100,7 @@ class RunRecorder:
     def add_round(self, row: RoundRow, decision: dict, wall: tuple[float, float, float]) -> None:
         values = asdict(row)
         with self.rounds_path.open("a", newline="") as f:
-            csv.writer(f).writerow([_fmt(values[c]) for c in ROUND_COLUMNS])
+            csv.writer(f).writerow([_fmt(values[c]) for c in self.columns])
         with self.decisions_path.open("a") as f:
             f.write(json.dumps({"round": row.round, **decision}, sort_keys=True) + "\n")
         with self.wall_path.open("a") as f:
@@ -183,3 +200,20 @@ def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(header + "".join(kept), newline="")
     os.replace(tmp, path)
+
+
+def round_sites(out_dir: Path) -> dict[int, list[str]]:
+    """Each round's selected site ids from rounds.csv, in the order the policy gave them
+    (the `sites` column joins them with ';'). For rebuilding RoundRecord.site_ids on resume
+    from a checkpoint written before the history carried them; {} when there is no file."""
+    path = Path(out_dir) / "rounds.csv"
+    if not path.exists():
+        return {}
+    out: dict[int, list[str]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                out[int(row["round"])] = [s for s in (row.get("sites") or "").split(";") if s]
+            except (KeyError, TypeError, ValueError):
+                continue  # a torn last line: that round is redone anyway
+    return out

@@ -7,6 +7,7 @@ increment with its reason, and never reaches FedAvg.
 from __future__ import annotations
 
 import logging
+import time
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -330,6 +331,9 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             current.fedavg.add(header.site_id, arrays, float(header.num_samples))
             current.received.add(header.site_id)
             current.train_loss[header.site_id] = header.train_loss
+            current.finished_at[header.site_id] = time.monotonic()
+            current.compute_wall_s[header.site_id] = header.compute_wall_s
+            current.steps[header.site_id] = header.steps
             current.bytes_up += received
             self.state.changed.notify_all()
 

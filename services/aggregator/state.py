@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,14 @@ class RoundInProgress:
     failed: set[str] = field(default_factory=set)
     train_loss: dict[str, float] = field(default_factory=dict)
     bytes_up: int = 0
+    #: time.monotonic() when the tasks were handed out (install_round), and, per site whose
+    #: delta was accepted, when that happened plus what its worker reported: the wall
+    #: clock's round breakdown is measured from these, and `steps` shows each site really
+    #: trained what its task asked (the data-parallel work model varies it per site)
+    started_at: float = 0.0
+    finished_at: dict[str, float] = field(default_factory=dict)
+    compute_wall_s: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
 
     @property
     def expected(self) -> set[str]:
@@ -185,6 +194,7 @@ class AggregatorState:
     # ---- rounds ------------------------------------------------------------------------
     def install_round(self, progress: RoundInProgress) -> None:
         with self.lock:
+            progress.started_at = time.monotonic()
             self.current = progress
             self.round_no = progress.round
             for task in progress.tasks.values():

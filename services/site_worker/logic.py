@@ -129,7 +129,9 @@ class SiteWorker:
             self.workload,
             model,
             jobs,
-            steps=first.local_steps,
+            # a task names its own step count (the data-parallel work model gives each
+            # site its share of the round's work); 0 means the run's default
+            steps=first.local_steps or self.spec.local_steps,
             lr=first.lr,
             batch_size=first.batch_size,
             trainer=self.config.trainer,
