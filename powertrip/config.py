@@ -12,9 +12,9 @@ import yaml
 
 from powertrip import policyparams
 from powertrip.profiles import DISTANCE_DISTRIBUTIONS, PopulationSpec
+from powertrip.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
-WORK_MODELS = ("local-steps", "data-parallel")
 ESTIMATORS = ("paper", "clock")
 POWER_MODES = ("uniform", "trace")
 TRAINERS = ("loop", "vmap")  # powertrip.batched.TRAINERS

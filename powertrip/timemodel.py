@@ -18,6 +18,14 @@ SPEED_OF_LIGHT_M_PER_S = 299_792_458.0
 #: Light in optical fibre travels at about 2/3 of c (refractive index ~1.5).
 FIBER_SPEED_M_PER_S = SPEED_OF_LIGHT_M_PER_S * 2.0 / 3.0
 GB = 1e9
+#: The data-parallel work model's round (paper Eq. 7): W = local_steps x DP_REFERENCE_SITES
+#: site-steps split by power. 10 makes a round of 10 full-power sites cost what it costs
+#: under local-steps (each does local_steps, compute tau); fewer sites each do more, more
+#: sites each do less. A constant of the work model, not a run setting, so data-parallel
+#: runs with different k do the same work per round and compare directly. The aggregator's
+#: clock and the policy's estimate both read it here.
+DP_REFERENCE_SITES = 10
+WORK_MODELS = ("local-steps", "data-parallel")
 
 
 def propagation_delay_s(distance_miles: float, speed_m_per_s: float = FIBER_SPEED_M_PER_S) -> float:
@@ -172,11 +180,25 @@ def estimate_round_time_clock(
 
 
 def prefix_round_time_estimates(
-    tau_s: float, powers_ranked: np.ndarray, comm_ranked: np.ndarray, estimator: str = "paper"
+    tau_s: float,
+    powers_ranked: np.ndarray,
+    comm_ranked: np.ndarray,
+    estimator: str = "paper",
+    work_model: str = "local-steps",
 ) -> np.ndarray:
-    """T(k) for every k = 1..N over a ranked list, vectorised (cumulative mean/max)."""
+    """T(k) for every k = 1..N over a ranked list, vectorised (cumulative mean/max).
+
+    Under the data-parallel work model every selected site computes for about
+    W tau_step / sum(p) = DP_REFERENCE_SITES tau / sum(p_top-k) (Eq. 7), whichever estimator."""
     powers_ranked = np.asarray(powers_ranked, dtype=np.float64)
     comm_ranked = np.asarray(comm_ranked, dtype=np.float64)
+    if work_model == "data-parallel":
+        if estimator not in ("paper", "clock"):
+            raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")
+        compute = DP_REFERENCE_SITES * tau_s / np.cumsum(powers_ranked)
+        return compute + np.maximum.accumulate(comm_ranked)
+    if work_model != "local-steps":
+        raise ValueError(f"work_model must be one of {', '.join(WORK_MODELS)}; got {work_model!r}")
     if estimator == "paper":
         counts = np.arange(1, len(powers_ranked) + 1)
         mean_p = np.cumsum(powers_ranked) / counts

@@ -299,6 +299,7 @@ class RoundLoop:
             comm_directions=self.run.comm_directions,
             shadow=self.run.shadow,
             estimator=self.run.estimator,
+            work_model=self.run.work_model,
         )
         try:
             selection = _retry(

@@ -20,14 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from powertrip.timemodel import RoundTime, compute_time_s
-
-#: The data-parallel round's total work, in units of one site's `local_steps`: W =
-#: local_steps x DP_REFERENCE_SITES site-steps. 10 makes a round of 10 full-power sites
-#: cost what it costs under local-steps (each does local_steps, compute tau); fewer sites
-#: each do more, more sites each do less. A constant of the work model, not a run setting,
-#: so data-parallel runs with different k do the same work per round and compare directly.
-DP_REFERENCE_SITES = 10
+from powertrip.timemodel import DP_REFERENCE_SITES, RoundTime, compute_time_s
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from operator import attrgetter
 import numpy as np
 
 from powertrip.sitecolumns import ColumnsError, num_sites
+from powertrip.timemodel import WORK_MODELS
 from services.policy.config import PolicyConfig
 from services.policy.policies import (
     Context,
@@ -157,6 +158,9 @@ def build_context(request, config: PolicyConfig) -> Context:
         raise PolicyError(
             f"comm_directions must be 1 (upload) or 2 (both), got {request.comm_directions}"
         )
+    work_model = request.work_model or "local-steps"
+    if work_model not in WORK_MODELS:
+        raise PolicyError(f"work_model {work_model!r} is not one of {', '.join(WORK_MODELS)}")
     estimator = request.estimator or config.estimator
     if estimator not in ESTIMATORS:
         raise PolicyError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
@@ -185,6 +189,7 @@ def build_context(request, config: PolicyConfig) -> Context:
         round=request.round,
         estimator=estimator,
         params=params,
+        work_model=work_model,
     )
 
 

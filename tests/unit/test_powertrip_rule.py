@@ -310,3 +310,18 @@ def test_highest_power_chooses_k_dynamically_by_power_alone():
     assert first.explanation["ranking"] == "power, highest first"
     fixed = decide(t, (), policy="highest-power", k=7)
     assert fixed.k == 7
+
+
+def test_the_estimate_follows_the_clocks_work_model():
+    """Under data-parallel (Eq. 7) more power shortens compute, so T-hat falls with k where
+    the sites are alike; under local-steps it cannot fall."""
+    t = flat_table(20)
+    local = Context(table=t, update_size_bytes=1.5 * GB, tau_s=60.0)
+    parallel = Context(table=t, update_size_bytes=1.5 * GB, tau_s=60.0, work_model="data-parallel")
+    ranked = np.arange(20)
+    local_times = local.round_time_estimates(ranked)
+    parallel_times = parallel.round_time_estimates(ranked)
+    assert (np.diff(local_times) >= -1e-9).all()
+    assert parallel_times[9] < parallel_times[0] / 5  # 10 sites: a tenth of the compute
+    comm = float(t.comm_s[0])
+    assert parallel_times[9] - comm == pytest.approx(10 * 60.0 / (10 * 0.9), rel=0.01)

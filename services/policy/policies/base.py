@@ -163,6 +163,15 @@ class Context:
     round: int = 1
     estimator: str = "paper"
     params: Mapping[str, float] = field(default_factory=dict)
+    #: the clock's work model, so T-hat is in the clock's terms (powertrip.timemodel)
+    work_model: str = "local-steps"
+
+    def round_time_estimates(self, ranked: np.ndarray) -> np.ndarray:
+        """T-hat(k) for k = 1..len(ranked) over these sites in this order."""
+        t = self.table
+        return prefix_round_time_estimates(
+            self.tau_s, t.power[ranked], t.comm_s[ranked], self.estimator, self.work_model
+        )
 
 
 @dataclass
@@ -247,11 +256,7 @@ class Policy(ABC):
 
 def predicted_time(ctx: Context, order: np.ndarray) -> float:
     """T-hat at k = len(order), over the chosen sites in rank order (the request's estimator)."""
-    t = ctx.table
-    estimates = prefix_round_time_estimates(
-        ctx.tau_s, t.power[order], t.comm_s[order], estimator=ctx.estimator
-    )
-    return float(estimates[-1])
+    return float(ctx.round_time_estimates(order)[-1])
 
 
 def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:

@@ -54,7 +54,6 @@ import math
 import numpy as np
 
 from powertrip.policyparams import decode
-from powertrip.timemodel import prefix_round_time_estimates
 from services.policy.policies.base import Context, Decision, Policy, rounded
 from services.policy.policies.scoring import GB, power_cost_ranking, weights
 
@@ -199,15 +198,12 @@ class PowerTrip(Policy):
 
     def select(self, ctx: Context) -> Decision:
         p = self.params(ctx)
-        t = ctx.table
         scores, ranked = self.rank(ctx, p)
         n = len(ranked)
         k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
         window = int(p["window"]) if p["window"] > 0 else auto_window(n)
         # T-hat(k) for every k at once: cumulative mean power and running max comm
-        times = prefix_round_time_estimates(
-            ctx.tau_s, t.power[ranked], t.comm_s[ranked], estimator=ctx.estimator
-        )
+        times = ctx.round_time_estimates(ranked)
         alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
         accuracies = [h.accuracy for h in ctx.history]
         stop = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
