@@ -7,7 +7,7 @@ DEMO_OUT ?= runs/demo
 # the policies of the paper's Fig. 9, plus `all`
 DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
 
-.PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-summary
+.PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-all reproduce-summary
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -43,10 +43,16 @@ clean:
 
 REPRODUCE_OUT ?= runs/reproduce
 REPRODUCE_FIGURE ?= 9
-REPRODUCE_SEEDS ?= 3
+# empty: each target's own default (reproduce 3 seeds, reproduce-all 5)
+REPRODUCE_SEEDS ?=
 
-reproduce: setup  ## the paper's Fig. 9 (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS seeds; resumable
-	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(REPRODUCE_SEEDS) --out $(REPRODUCE_OUT)
+reproduce: setup  ## the paper's Fig. 9 (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS (3) seeds; resumable
+	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(or $(REPRODUCE_SEEDS),3) --out $(REPRODUCE_OUT)
+
+# every figure (6-14) and the ablation, resumable ('run i/N' with an ETA before each run),
+# then every report.html and results/claims.md (copied even when a run failed)
+reproduce-all: setup  ## all figures + ablation over REPRODUCE_SEEDS (5) seeds into REPRODUCE_OUT, then results/claims.md
+	$(BIN)/powertrip reproduce --figure all --seeds $(or $(REPRODUCE_SEEDS),5) --out $(REPRODUCE_OUT) --summary results/claims.md
 
 reproduce-summary: setup  ## re-render REPRODUCE_OUT's reports and copy its claims table to results/claims.md
 	$(BIN)/powertrip reproduce --figure all --report-only --out $(REPRODUCE_OUT) --summary results/claims.md

@@ -40,6 +40,16 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def new_figure(width: float = 7.5, height: float = 4.5) -> Figure:
+    """A headless figure for callers outside this module (the paper's figure modules)."""
+    return _figure(width, height)
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Lay out and write a figure from new_figure() as PNG; returns the path."""
+    return _save(fig, path)
+
+
 def _empty(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 

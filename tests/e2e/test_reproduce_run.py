@@ -5,6 +5,7 @@ run with no summary (killed) is run again."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -26,16 +27,22 @@ def reproduce(out, *extra: str) -> subprocess.CompletedProcess:
     return done
 
 
+def refined(out) -> list[int]:
+    """The refinement's k values the invocation chose (the midpoint beside k*, if any)."""
+    return json.loads((out / "reproduce.json").read_text()).get("refined", {}).get("uniform", [])
+
+
 def test_reproduce_runs_reports_and_resumes(tmp_path):
     out = tmp_path / "rep"
     first = reproduce(out, "--figure", "8,10")
-    assert "ran 6, skipped 0, failed 0" in first.stdout  # Figs. 8 and 10 share their runs
+    extra = refined(out)
+    assert extra in ([], [3])  # grid 2, 5: the midpoint 3 unless k* is only a bound
+    arms = sorted(["powertrip", "static-k2", "static-k5", *(f"static-k{k}" for k in extra)])
+    total = 2 * len(arms)
+    assert f"ran {total}, skipped 0, failed 0" in first.stdout  # Figs. 8 and 10 share runs
+    assert "run 1/6: uniform/s0/powertrip" in first.stdout and "ETA" in first.stdout
     runs = sorted(p.parent.relative_to(out).as_posix() for p in out.glob("runs/*/*/*/summary.json"))
-    assert runs == [
-        f"runs/uniform/seed{s}/{arm}"
-        for s in (0, 1)
-        for arm in ("powertrip", "static-k2", "static-k5")
-    ]
+    assert runs == [f"runs/uniform/seed{s}/{arm}" for s in (0, 1) for arm in arms]
     for figure in ("8", "10"):
         with (out / f"fig{figure}" / "claims.csv").open() as f:
             reader = csv.DictReader(f)
@@ -45,6 +52,8 @@ def test_reproduce_runs_reports_and_resumes(tmp_path):
         assert all(r["holds"] in ("yes", "yes*", "no", "unclear", "n/a") for r in rows)
         html = (out / f"fig{figure}" / "report.html").read_text()
         assert "The paper" in html and "holds?" in html
+    fig8 = (out / "fig8" / "claims.csv").read_text()
+    assert "grid [2, 5]" in fig8 and (not extra or "refined [3]" in fig8)
     assert (out / "fig8" / "fig8_static_k_sweep.png").stat().st_size > 0
     assert (out / "fig10" / "fig10_k_over_time.png").stat().st_size > 0
     assert (out / "fig10" / "prediction_error.png").stat().st_size > 0
@@ -55,13 +64,38 @@ def test_reproduce_runs_reports_and_resumes(tmp_path):
 
     stamp = (out / "runs/uniform/seed0/powertrip/summary.json").stat().st_mtime_ns
     again = reproduce(out, "--figure", "10")
-    assert "ran 0, skipped 6, failed 0" in again.stdout
+    assert f"ran 0, skipped {total}, failed 0" in again.stdout
     assert (out / "runs/uniform/seed0/powertrip/summary.json").stat().st_mtime_ns == stamp
 
     (out / "runs/uniform/seed1/static-k5/summary.json").unlink()  # as if killed mid-run
     resumed = reproduce(out, "--figure", "10")
-    assert "ran 1, skipped 5, failed 0" in resumed.stdout
+    assert f"ran 1, skipped {total - 1}, failed 0" in resumed.stdout
     assert "ran uniform/s1/static-k5" in resumed.stdout
 
     rendered = reproduce(out, "--figure", "8", "--report-only")
     assert "ran " not in rendered.stdout and (out / "fig8" / "report.html").exists()
+
+
+def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
+    out = tmp_path / "rep"
+    done = reproduce(out, "--figure", "7,ablation", "--no-refine", "--seeds", "1")
+    assert "failed 0" in done.stdout
+    ideal = sorted(p.name for p in (out / "runs/ideal/seed0").iterdir() if p.name != "logs")
+    assert [n for n in ideal if n.startswith("static")] == sorted(
+        ["static-k1", "static-k2", "static-k5", "static-k10"]
+    )
+    assert "static-k@uniform* -> static-k" in done.stdout
+    kstar = done.stdout.split("static-k@uniform* -> ")[1].split()[0]
+    for variant in ("gain-separable", "two-directions", "data-parallel", "uniform-distances"):
+        for arm in ("powertrip", kstar):
+            assert (out / "runs" / variant / "seed0" / arm / "summary.json").is_file(), (
+                variant,
+                arm,
+            )
+    config = (out / "runs/gain-separable/seed0/powertrip/run-config.yaml").read_text()
+    assert "gain: 1.0" in config
+    html = (out / "ablation" / "report.html").read_text()
+    assert "PowerTrip faster?" in html and "comm_directions 1 -&gt; 2" in html
+    assert (out / "fig6-7" / "fig7_accuracy_time_speedup.png").stat().st_size > 0
+    with (out / "claims.csv").open() as f:
+        assert {r["figure"] for r in csv.DictReader(f)} == {"6-7", "ablation"}

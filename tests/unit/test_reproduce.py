@@ -1,4 +1,5 @@
-"""`powertrip reproduce` without training: suites map to runs, resumability, k*, claims."""
+"""`powertrip reproduce` without training: figures map to runs, resumability, the sweep's
+refinement, the ablation's deferred arms, the time budget shared by a group, progress."""
 
 from __future__ import annotations
 
@@ -9,17 +10,16 @@ import pytest
 
 from powertrip.config import RunConfig
 from powertrip.experiments import reproduce as R
-from powertrip.report import claims as C
-from powertrip.report.data import RunResult
-from powertrip.report.suites import CLAIMS, VariantData, claims_fig9, kstar
+from powertrip.experiments.suite import refine_ks
+from powertrip.paper import FIGURES, module_of
 from services.policy.policies import REGISTRY
 
 BASE = RunConfig(workload="femnist", lr=0.1, target_accuracy=0.45, max_rounds=60)
 
 
-def test_sweep_ks_scale_with_the_site_count():
-    assert R.sweep_ks(100) == [10, 20, 40, 70, 100]
-    assert R.sweep_ks(10) == [1, 2, 4, 7, 10]
+def test_sweep_grid_is_fine_at_small_k_and_scales_with_the_site_count():
+    assert R.sweep_ks(100) == [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]
+    assert R.sweep_ks(10) == [1, 2, 3, 5, 7, 10]
     assert R.sweep_ks(3) == [1, 2, 3]  # distinct, never 0, never above the site count
 
 
@@ -36,7 +36,19 @@ def test_every_figure_maps_to_runs_of_known_policies(figure):
         assert run.arm.policy in REGISTRY, run.arm
         if run.arm.policy == "static":
             assert 1 <= dict(run.arm.params)["k"] <= 100
-    assert figure in CLAIMS  # and every figure has its claims
+    module = module_of(figure)
+    assert callable(module.claims) and callable(module.plots)
+
+
+def test_every_variant_is_valid_for_the_reproduce_config():
+    base = RunConfig.from_yaml(R.DEFAULT_CONFIG)
+    assert R.check_variants(base, list(R.VARIANTS)) == {}
+
+
+def test_a_setting_this_version_lacks_makes_a_variant_unsupported_not_silent():
+    bad = R.Variant("future", "needs a setting", {"no_such_setting": 1})
+    with pytest.raises(R.ConfigError, match="no_such_setting"):
+        R.variant_config(BASE, bad, 0)
 
 
 def test_static_k_star_pulls_in_the_sweep_and_powertrip_runs_first():
@@ -63,11 +75,25 @@ def test_fig11_uses_10_50_100_percent_of_the_sites():
     assert not R.VARIANTS["rounds"].budget
 
 
+def test_figs_6_7_identical_full_power_sites_without_communication_and_fixed_rounds():
+    runs = R.plan(["6-7"], [0], 10, R.sweep_ks(10))
+    assert {r.variant for r in runs} == {"ideal"}
+    assert sorted(dict(r.arm.params)["k"] for r in runs) == [1, 2, 5, 10]  # 10/20/50/100 %
+    ideal = R.VARIANTS["ideal"]
+    assert not ideal.budget
+    config = R.variant_config(BASE, ideal, 0)
+    assert (config.min_power, config.max_power) == (1.0, 1.0)
+    assert (config.min_distance_miles, config.max_distance_miles) == (0.0, 0.0)
+    assert config.target_accuracy == 1.0 and config.max_rounds == 30  # the same rounds for all
+
+
 def test_parse_figures():
     assert R.parse_figures("all") == list(R.SUITES)
     assert R.parse_figures("8, 9") == ["8", "9"]
-    with pytest.raises(R.ReproduceError, match="allowed: 8, 9, 10, 11, 12, 13, 14 or all"):
-        R.parse_figures("7")
+    assert R.parse_figures("6") == R.parse_figures("7") == R.parse_figures("6,7") == ["6-7"]
+    assert R.parse_figures("ablation") == ["ablation"]
+    with pytest.raises(R.ReproduceError, match="allowed: 6, 7, 8, 9, 10, 11, 12, 13, 14, ablation"):
+        R.parse_figures("5")
 
 
 def test_variant_configs():
@@ -108,7 +134,8 @@ def test_execute_skips_finished_runs_without_starting_anything(tmp_path):
     base = BASE
     runs = R.plan(["10"], [0, 1], 100, [10, 70])
     for spec in runs:
-        config = R.arm_config(R.variant_config(base, R.VARIANTS[spec.variant], spec.seed), spec.arm)
+        variant = R.VARIANTS[spec.variant]
+        config = R.arm_config(R.variant_config(base, variant, spec.seed), spec.arm, variant)
         _finished(spec.path(tmp_path), config)
     lines: list[str] = []
     logs = R.execute(runs, tmp_path, base, budget_factor=1.5, log=lines.append)
@@ -117,102 +144,158 @@ def test_execute_skips_finished_runs_without_starting_anything(tmp_path):
     assert not list(tmp_path.glob("runs/*/seed*/logs"))  # no services were started
 
 
-# ---- claims from finished runs (in memory) ----------------------------------------------
-def _run(policy: str, ttt_h: float | None, sim_h: float, k: int = 5) -> RunResult:
+def test_progress_counts_runs_and_estimates_from_the_mean_so_far():
+    progress = R.Progress(total=4)
+    assert progress.line("a") == "run 1/4: a"  # nothing to estimate from yet
+    progress.seconds.extend([60.0, 180.0])
+    progress.started = 2
+    assert progress.line("c") == "run 3/4: c (ETA 4 min)"  # 2 runs left x 2 min
+
+
+# ---- a group's shared time budget ------------------------------------------------------
+def _summary(run_dir: Path, ttt_s: float | None, status: str = "done") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps({"status": status, "time_to_target_s": ttt_s}))
+
+
+def test_every_arm_of_a_group_is_measured_against_powertrip(tmp_path):
+    group = tmp_path / "runs" / "uniform" / "seed0"
+    assert R.group_reference(tmp_path, "uniform", 0) is None
+    _summary(group / "static-k5", 1800.0)
+    _summary(group / "static-k7", None)
+    _summary(group / "random", 900.0, status="running")  # killed: does not count
+    assert R.group_reference(tmp_path, "uniform", 0) == 1800.0  # no PowerTrip yet: the best
+    _summary(group / "powertrip", 3000.0)
+    assert R.group_reference(tmp_path, "uniform", 0) == 3000.0  # PowerTrip's, even if slower
+
+
+# ---- refinement ------------------------------------------------------------------------
+def test_refine_ks_takes_the_midpoints_beside_the_best_grid_k():
+    grid = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]
+    assert refine_ks(grid, 20) == [17, 25]
+    assert refine_ks(grid, 10) == [8, 12]
+    assert refine_ks(grid, 2) == []  # neighbours 1 and 3 are next to it
+    assert refine_ks(grid, 5) == [4, 6]
+    assert refine_ks(grid, 100) == [85]  # largest k: one side only
+    assert refine_ks(grid, 42) == []  # not a grid point
+
+
+def write_run(
+    run_dir: Path,
+    policy: str,
+    ttt_h: float | None,
+    rounds: list[tuple[float, float, int]],
+    config: dict | None = None,
+    stopped: str = "max_rounds",
+) -> None:
+    """A finished run on disk: rounds as (sim hours, accuracy, k)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    header = "round,sim_time_s,round_time_s,k,sites,accuracy,loss,compute_s,comm_s,wait_s,"
+    header += "predicted_round_time_s,bytes_up,bytes_down"
+    lines, prev = [header], 0.0
+    for i, (hours, acc, k) in enumerate(rounds, 1):
+        t = hours * 3600
+        lines.append(f"{i},{t},{t - prev},{k},site-0,{acc},1.0,1,1,0,,0,0")
+        prev = t
+    (run_dir / "rounds.csv").write_text("\n".join(lines) + "\n")
+    (run_dir / "run-config.yaml").write_text(
+        json.dumps({"policy": policy, "num_sites": 100, **(config or {})})
+    )
+    last = rounds[-1] if rounds else (0.0, 0.0, 0)
     summary = {
         "policy": policy,
+        "workload": "synthetic",
+        "clock": "simulated",
+        "rounds": len(rounds),
+        "target_accuracy": 0.45,
+        "final_accuracy": last[1],
+        "best_accuracy": max((r[1] for r in rounds), default=0.0),
         "time_to_target_s": None if ttt_h is None else ttt_h * 3600,
-        "sim_time_s": sim_h * 3600,
+        "sim_time_s": last[0] * 3600,
+        "stopped_reason": "target" if ttt_h is not None else stopped,
         "status": "done",
     }
-    rounds = [{"round": 1, "k": k, "sim_time_s": sim_h * 3600, "round_time_s": sim_h * 3600}]
-    return RunResult(Path(policy), {"num_sites": 100}, rounds, summary)
+    (run_dir / "summary.json").write_text(json.dumps(summary))
 
 
-def _variant(times: dict[str, list[float | None]]) -> VariantData:
-    v = VariantData("uniform", "uniform", list(times), seeds=[0, 1, 2], sweep=[10, 20, 70])
-    for arm, values in times.items():
-        v.runs[arm] = {s: _run(arm, t, t or 9.0) for s, t in enumerate(values)}
-    v.kstar = kstar(v)
-    return v
+def made_up_sweep(out: Path, variant: str, seeds: list[int], hours: dict[int, float]) -> None:
+    for seed in seeds:
+        for k, h in hours.items():
+            write_run(
+                R.run_path(out, variant, seed, f"static-k{k}"),
+                "static",
+                h + seed * 0.01,
+                [(h + seed * 0.01, 0.5, k)],
+            )
 
 
-def test_k_star_is_the_lowest_mean_among_ks_that_always_reach():
-    v = _variant(
-        {
-            "static-k10": [1.5, 1.6, 1.4],
-            "static-k20": [1.0, 1.1, None],  # fastest on average but missed in one seed
-            "static-k70": [1.2, 1.3, 1.25],
-        }
-    )
-    assert v.kstar == 70
-    assert [s.value / 3600 for s in v.samples("static-k*")] == [1.2, 1.3, 1.25]
-
-
-def test_fig9_claims_cover_every_baseline_and_hold_when_powertrip_is_fastest():
-    v = _variant(
-        {
-            "powertrip": [0.6, 0.65, 0.7],
-            "static-k10": [1.5, 1.6, 1.4],
-            "static-k20": [1.1, 1.2, 1.15],
-            "static-k70": [1.3, 1.3, 1.3],
-            "centralized-25": [1.3, 1.35, 1.3],
-            "centralized-50": [0.62, 0.66, 0.71],
-            "highest-power": [1.2, 1.3, 1.25],
-            "random": [None, None, None],  # cut off at 9 h: a lower bound
-            "radius": [2.8, 2.9, 3.0],
-            "all": [2.0, 2.1, 2.2],
-        }
-    )
-    rows = claims_fig9({"uniform": v}, {"budget_factor": 1.5, "cores": 2})
-    by_claim = {r.claim: r for r in rows}
-    assert by_claim["powertrip is the fastest of 8 policies"].holds == "yes"
-    for rival in ("static k* (k* = 20)", "centralized-25", "highest-power", "random", "radius"):
-        assert by_claim[f"PowerTrip reaches the target faster than {rival}"].holds == "yes"
-    similar = next(r for r in rows if "similar" in r.claim)
-    assert similar.holds == "yes"
-    radius = next(r for r in rows if "1000-mile" in r.claim)
-    assert radius.holds == "no" and "expected" in radius.why  # 5 sites, not 22
-    assert all(r.seeds == 3 for r in rows)
-    assert {c for r in rows for c in r.as_dict()} == set(C.CLAIM_COLUMNS)
-
-
-def test_prediction_errors_are_relative_and_skip_missing_predictions(tmp_path):
-    from powertrip.report.plots import plot_prediction_error, prediction_errors
-
-    rows = [
-        {"round": 1, "round_time_s": 100.0, "predicted_round_time_s": 110.0},
-        {"round": 2, "round_time_s": 200.0, "predicted_round_time_s": 150.0},
-        {"round": 3, "round_time_s": 50.0, "predicted_round_time_s": float("nan")},
+def test_refinement_waits_for_every_seed_then_runs_the_midpoints_resumably(tmp_path):
+    grid = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]
+    hours = {k: 1.0 + abs(k - 20) / 100 for k in grid}  # valley at 20
+    made_up_sweep(tmp_path, "uniform", [0], hours)
+    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid)
+    assert runs == [] and found == {}  # seed 1's grid has not finished
+    made_up_sweep(tmp_path, "uniform", [1], hours)
+    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid)
+    assert found == {"uniform": [17, 25]}
+    assert [(r.seed, r.arm.name) for r in runs] == [
+        (0, "static-k17"),
+        (0, "static-k25"),
+        (1, "static-k17"),
+        (1, "static-k25"),
     ]
-    run = RunResult(tmp_path, {}, rows, {"policy": "powertrip"})
-    assert prediction_errors([run, run]).tolist() == pytest.approx([0.1, -0.25, 0.1, -0.25])
-    path = plot_prediction_error([run], tmp_path / "err.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a refined k that turns out faster does not trigger a second pass: decided on the grid
+    made_up_sweep(tmp_path, "uniform", [0, 1], {17: 0.5, 25: 0.6})
+    assert R.refine_runs(tmp_path, ["8"], [0, 1], grid)[1] == {"uniform": [17, 25]}
+    assert R.refine_runs(tmp_path, ["11"], [0, 1], grid) == ([], {})  # no sweep in Fig. 11
 
 
-def test_k_star_falls_back_to_the_best_bound_when_every_k_was_cut_off():
-    v = _variant({"static-k10": [None, None, None], "static-k20": [1.0, None, 1.1]})
-    # _run gives a cut-off run 9 h; k20's mean bound (1.0 + 9 + 1.1) / 3 is the lower one
-    assert v.kstar == 20 and v.kstar_censored
-    assert not all(s.reached for s in v.samples("static-k*"))
+# ---- ablation ----------------------------------------------------------------------------
+def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_sweep(tmp_path):
+    grid = [2, 5]
+    runs = R.plan(["ablation"], [0], 10, grid)
+    by_variant: dict[str, list[str]] = {}
+    for r in runs:
+        by_variant.setdefault(r.variant, []).append(r.arm.name)
+    assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
+    for name in ("gain-separable", "two-directions", "data-parallel", "uniform-distances"):
+        assert by_variant[name] == ["powertrip"]  # static k* waits for the uniform sweep
+    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid)
+    assert deferred == [] and chosen == {"static-k@uniform*": None}
+    made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
+    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid)
+    assert chosen == {"static-k@uniform*": 5}
+    assert {(r.variant, r.arm.name) for r in deferred} == {
+        (v, "static-k5")
+        for v in ("gain-separable", "two-directions", "data-parallel", "uniform-distances")
+    }
 
 
-def test_a_run_cut_off_by_the_budget_is_bounded_by_the_budget():
-    from powertrip.report.suites import sample_of
+def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
+    base = RunConfig.from_yaml(R.DEFAULT_CONFIG)
+    uniform = R.variant_config(base, R.VARIANTS["uniform"], 0).to_dict()
+    for name, key in (
+        ("two-directions", "comm_directions"),
+        ("data-parallel", "work_model"),
+        ("uniform-distances", "distance_distribution"),
+    ):
+        flipped = R.variant_config(base, R.VARIANTS[name], 0).to_dict()
+        assert {k for k in uniform if uniform[k] != flipped[k]} == {key}, name
+    variant = R.VARIANTS["gain-separable"]
+    config = R.variant_config(base, variant, 0)
+    pt = R.arm_config(config, R.Arm("powertrip", "powertrip"), variant)
+    static = R.arm_config(config, R.static_arm(5), variant)
+    assert pt.policy_params == {"gain": 1.0} and static.policy_params == {"k": 5.0}
 
-    run = _run("all", None, 0.0)  # stopped before its first round would pass the cap
-    run.summary["stopped_reason"] = "time_budget"
-    run.config["max_sim_hours"] = 1.5
-    assert sample_of(run) == C.Sample(1.5 * 3600, False)
-    run.summary["stopped_reason"] = "max_rounds"
-    assert sample_of(run) == C.Sample(0.0, False)
+
+def test_figure_keys_6_and_7_select_one_module():
+    assert FIGURES["6"] is FIGURES["7"] is module_of("6-7")
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--figure", "7"], "allowed: 8, 9, 10, 11, 12, 13, 14 or all"),
+        (["--figure", "5"], "allowed: 6, 7, 8, 9, 10, 11, 12, 13, 14, ablation or all"),
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--k", "500"], "--k values must be in 1..100"),
         (["--k", "x"], "--k must be comma-separated integers"),

@@ -1,0 +1,86 @@
+"""The paper's evaluation, one module per figure (§5: Figs. 6-14) plus our ablation.
+
+Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's text),
+the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
+meta)`, and optionally `table(data, meta)` to replace the default times table. This
+registry maps a figure key to its module; `powertrip.experiments.reproduce` plans and runs
+from it and `powertrip.paper.render` renders from it. Nothing here imports reproduce.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from powertrip.experiments.suite import Suite, Variant
+from powertrip.paper import (
+    ablation,
+    fig06_07,
+    fig08,
+    fig09,
+    fig10,
+    fig11,
+    fig12,
+    fig13,
+    fig14,
+)
+
+#: in the order reports and the summary list them
+MODULES: tuple[ModuleType, ...] = (
+    fig06_07,
+    fig08,
+    fig09,
+    fig10,
+    fig11,
+    fig12,
+    fig13,
+    fig14,
+    ablation,
+)
+
+#: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs
+FIGURES: dict[str, ModuleType] = {
+    "6": fig06_07,
+    "7": fig06_07,
+    "8": fig08,
+    "9": fig09,
+    "10": fig10,
+    "11": fig11,
+    "12": fig12,
+    "13": fig13,
+    "14": fig14,
+    "ablation": ablation,
+}
+
+#: canonical key ('6-7', '8', ..., 'ablation') -> suite
+SUITES: dict[str, Suite] = {m.SUITE.figure: m.SUITE for m in MODULES}
+
+
+def _variants() -> dict[str, Variant]:
+    found: dict[str, Variant] = {}
+    for module in MODULES:
+        for variant in module.VARIANTS:
+            if found.setdefault(variant.name, variant) != variant:
+                raise RuntimeError(f"two figures define set-up {variant.name!r} differently")
+    return found
+
+
+#: every set-up any figure needs, by name
+VARIANTS: dict[str, Variant] = _variants()
+
+
+def module_of(key: str) -> ModuleType:
+    """The module of a figure key or canonical key ('7' and '6-7' -> fig06_07)."""
+    if key in FIGURES:
+        return FIGURES[key]
+    for module in MODULES:
+        if module.SUITE.figure == key:
+            return module
+    raise KeyError(key)
+
+
+def canonical(key: str) -> str:
+    """'6' and '7' -> '6-7'; other keys unchanged."""
+    return module_of(key).SUITE.figure
+
+
+__all__ = ["FIGURES", "MODULES", "SUITES", "VARIANTS", "canonical", "module_of"]

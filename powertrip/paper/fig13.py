@@ -1,0 +1,87 @@
+"""Paper Fig. 13: update sizes 1, 1.5 and 2 GB (§5.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from powertrip.experiments.suite import Suite, Variant
+from powertrip.paper.common import plot_time_bars, variant_equal_time_claim
+from powertrip.paper.data import UNIFORM, VariantData, facts, sample_of
+from powertrip.report import claims as C
+
+SIZE_1GB = Variant("size-1gb", "uniform power, 1 GB updates", {"update_size_gb": 1.0})
+SIZE_2GB = Variant("size-2gb", "uniform power, 2 GB updates", {"update_size_gb": 2.0})
+
+SUITE = Suite(
+    "13",
+    "Update sizes 1 / 1.5 / 2 GB",
+    "Paper Fig. 13: time to accuracy per policy for 1, 1.5 and 2 GB updates. PowerTrip is "
+    "fastest at every size; its time grows only from 0.94 h (1 GB) to 1.02 h (2 GB), "
+    "23.3 % better than static and centralized (both 1.33 h) at 2 GB.",
+    (SIZE_1GB.name, UNIFORM.name, SIZE_2GB.name),
+    ("powertrip", "sweep", "static-k*", "centralized-25"),
+)
+VARIANTS = (SIZE_1GB, UNIFORM, SIZE_2GB)
+
+NAMES = ("powertrip", "static-k*", "centralized-25")
+SIZES = ((SIZE_1GB.name, 1.0), (UNIFORM.name, 1.5), (SIZE_2GB.name, 2.0))
+
+
+def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.ClaimRow]:
+    rows = []
+    paper_pt = {SIZE_1GB.name: "0.94 h", UNIFORM.name: "-", SIZE_2GB.name: "1.02 h"}
+    for key, gb in SIZES:
+        v = d[key]
+        row = C.fastest_claim(
+            "13", "powertrip", v.times(NAMES), f"{paper_pt[key]}, fastest of all".lstrip("-, ")
+        )
+        row.claim += f" at {gb:g} GB"
+        rows.append(row)
+    small, large = d[SIZE_1GB.name], d[SIZE_2GB.name]
+    seeds = [s for s in small.seeds if s in large.seeds]
+    bounds = [
+        C.growth(sample_of(small.runs["powertrip"][s]), sample_of(large.runs["powertrip"][s]))
+        for s in seeds
+    ]
+    est, kind = C.aggregate(bounds)
+    grow = C.ClaimRow(
+        "13",
+        f"PowerTrip's time grows modestly from 1 GB to 2 GB (< {C.MODEST_GROWTH:.0%})",
+        "0.94 h -> 1.02 h (+8.5 %)",
+        C.fmt_pct(est, kind, signed=False) if bounds else "not run",
+        C.holds_below(est, C.MODEST_GROWTH)
+        if kind == "exact"
+        else ("n/a" if not bounds else "unclear"),
+        len(bounds),
+    )
+    grow.differs = grow.holds != "yes"
+    rows.append(grow)
+    times = large.times(NAMES)
+    for rival in ("static-k*", "centralized-25"):
+        row = C.faster_claim(
+            "13",
+            "powertrip",
+            rival,
+            times,
+            1.02,
+            1.33,
+            0.233,
+            claim=f"at 2 GB PowerTrip is faster than {rival}",
+        )
+        rows.append(row)
+    for key, gb in SIZES:
+        rows.append(variant_equal_time_claim("13", d[key], NAMES, f" at {gb:g} GB"))
+    return C.finish(rows, facts(d[UNIFORM.name], meta))
+
+
+def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
+    groups = [(d[key].name, d[key].times(NAMES)) for key, _ in SIZES]
+    return [
+        plot_time_bars(
+            groups,
+            out / "fig13_time_to_accuracy.png",
+            "Time to target per set-up and policy (fig. 13)",
+        )
+    ]
