@@ -139,40 +139,63 @@ def test_below_the_measured_efficiency_for_patience_rounds_shrinks():
     assert "shrink" in shrunk.explanation["reason"]
 
 
-def test_k_grows_bottom_up_through_a_training_run_and_separable_freezes():
-    """Drive the policy with a saturating accuracy curve in which the latest rounds gain
-    less and less: the feedback rule keeps adding sites as gains decay (Fig. 10's shape),
-    the separable rule settles once and stays."""
+def _run(step, rounds: int = 60, **params) -> list[int]:
+    """Drive the policy through a made-up training run: `step(acc, k)` is one round's accuracy
+    gain with k sites, and each round takes what the clock charges its sites."""
+    rng = np.random.default_rng(3)
+    n = 100
+    d = np.sort(rng.uniform(100, 10_000, n))
+    t = SiteTable.build(
+        ids=[f"site-{i:03d}" for i in range(n)],
+        power=rng.uniform(0.1, 1.0, n),
+        distance_miles=d,
+        latency_s=d / 124_188,
+        bandwidth_bytes_per_s=1.25e9 * 100 / d,
+        update_size_bytes=1.5 * GB,
+        directions=1,
+    )
+    clock = Context(table=t, update_size_bytes=1.5 * GB, tau_s=60.0, estimator="clock")
+    hist: list[RoundOutcome] = []
+    acc, ks = 0.0, []
+    for r in range(1, rounds + 1):
+        dec = decide(t, tuple(hist), **params)
+        ks.append(dec.k)
+        acc += step(acc, dec.k)
+        measured = float(clock.round_time_estimates(dec.order)[-1])
+        hist.append(RoundOutcome(r, dec.k, acc, measured))
+    return ks
 
-    def trajectory(**params):
-        rng = np.random.default_rng(3)
-        n = 100
-        d = np.sort(rng.uniform(100, 10_000, n))
-        t = SiteTable.build(
-            ids=[f"site-{i:03d}" for i in range(n)],
-            power=rng.uniform(0.1, 1.0, n),
-            distance_miles=d,
-            latency_s=d / 124_188,
-            bandwidth_bytes_per_s=1.25e9 * 100 / d,
-            update_size_bytes=1.5 * GB,
-            directions=1,
-        )
-        hist: list[RoundOutcome] = []
-        acc, ks = 0.0, []
-        for r in range(1, 31):
-            dec = decide(t, tuple(hist), **params)
-            ks.append(dec.k)
-            # more sites help, more so later (Fig. 11); the round takes the estimate
-            acc += (0.8 - acc) * 0.12 * (1 + 0.15 * math.log(dec.k) * r / 30)
-            hist.append(RoundOutcome(r, dec.k, acc, dec.predicted_round_time_s))
-        return ks
 
-    feedback = trajectory()
-    assert feedback[0] == 5
-    assert feedback[-1] >= 3 * feedback[0]
-    assert all(b >= a for a, b in zip(feedback, feedback[1:], strict=False))
-    separable = trajectory(gain=1.0)
-    assert len(set(separable[5:])) == 1  # frozen after its first few rounds
+def test_k_grows_bottom_up_when_more_sites_pay_and_separable_freezes():
+    """Where more sites raise the per-round gain (sqrt(k)), the feedback rule keeps adding
+    sites through training (Fig. 10's shape); the separable rule settles and stays."""
+    ks = _run(lambda acc, k: (0.9 - acc) * 0.02 * math.sqrt(k))
+    assert ks[0] == 5
+    assert ks[-1] >= 3 * ks[0]
+    separable = _run(lambda acc, k: (0.9 - acc) * 0.02 * math.sqrt(k), gain=1.0)
+    assert len(set(separable[5:])) == 1
+
+
+def test_an_addition_that_lowers_the_measured_efficiency_is_taken_back():
+    t = flat_table(40, slow_from=6)  # sites 6.. are stragglers: adding them costs time
+    # 5 rounds at k = 4, then 3 rounds at k = 8 that gained no faster but took 4x as long
+    ks = [4] * 5 + [8] * 3
+    accs = [0.10, 0.20, 0.27, 0.32, 0.36, 0.39, 0.42, 0.45]
+    times = [100.0] * 5 + [400.0] * 3
+    d = decide(t, history(ks, accs, times))
+    assert d.k == 4
+    assert d.explanation["reason"].startswith("adding sites 4 -> 8 lowered")
+    # while the addition is still being measured, k is held
+    held = decide(t, history(ks[:7], accs[:7], times[:7]))
+    assert held.k == 8 and held.explanation["reason"].startswith("measuring the last addition")
+    # an addition whose rounds gained faster per second than those before it is kept
+    faster = [*accs[:5], 0.42, 0.48, 0.54]
+    kept = decide(t, history(ks, faster, [100.0] * 8))
+    assert kept.k >= 8
+    # and a taken-back size is not tried again for a while
+    later = decide(t, history([*ks, 4], [*accs, 0.47], [*times, 100.0]))
+    assert later.explanation["failed_additions"] == [8]
+    assert later.k < 8
 
 
 def test_calibration_puts_the_estimate_in_measured_units():

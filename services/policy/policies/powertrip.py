@@ -33,7 +33,12 @@ per second of *measured* round time) as the feedback signal.
    is taken if it beats the measured efficiency E_meas, else k stays. (Looking across the
    whole window rather than stopping at the first site that does not pay matters: one
    straggler raises T(k) in a step, and the sites after it add gain at no further cost.)
-5. Patience: count the latest rounds whose realised efficiency dA_j / T_j fell below half
+5. Feedback on each addition (§4, "compared to the previously measured performance"): after
+   k grows from a to b, k is held for `trend_rounds` rounds while the addition shows its
+   effect; then, if those rounds measured a lower efficiency than the rounds before them
+   (carried forward by the decay those rounds showed, OUR CHOICE), k goes back to a, and b
+   is not tried again for 3 trend windows (OUR CHOICE).
+   Patience: count the latest rounds whose realised efficiency dA_j / T_j fell below half
    the measured efficiency of the `trend_rounds` rounds before them (OUR CHOICE of "below":
    half, so evaluation noise alone rarely trips it). After `patience` such rounds in a row
    the window opens downwards and k shrinks to the best projected efficiency below k_cur.
@@ -128,6 +133,31 @@ def projected_gain(g: float, phi: float, k: np.ndarray, k_cur: int) -> np.ndarra
     return np.maximum(0.0, max(g, 0.0) * (1.0 + phi * np.log(k / k_cur)))
 
 
+def last_growth(ks: list[int]) -> tuple[int, int, int] | None:
+    """(c, a, b) when the latest change of k was a growth a -> b, first used in round index
+    c; None when k never changed or last shrank."""
+    for c in range(len(ks) - 1, 0, -1):
+        if ks[c] != ks[c - 1]:
+            return (c, ks[c - 1], ks[c]) if ks[c] > ks[c - 1] else None
+    return None
+
+
+#: a reverted addition keeps k below its size for this many trend windows, then may be
+#: tried again (training has moved on, and more sites may pay by then)
+RETRY_AFTER_WINDOWS = 3
+
+
+def failed_growths(ks: list[int], window: int) -> list[tuple[int, int]]:
+    """(size, round index of the revert) for every trial that was reverted: a growth a -> b
+    held for `window` rounds and then taken back to a."""
+    failed = []
+    for c in range(1, len(ks) - window):
+        a, b = ks[c - 1], ks[c]
+        if b > a and all(k == b for k in ks[c : c + window]) and ks[c + window] == a:
+            failed.append((b, c + window))
+    return failed
+
+
 def best_in_window(eff: np.ndarray, measured: float) -> int:
     """Index of the candidate (k_cur first, then k_cur+1, ...) the greedy addition ends at:
     the count with the best projected efficiency in the window (§3.3), taken only if it
@@ -176,7 +206,9 @@ class PowerTrip(Policy):
         "the measured efficiency (Eq. 5). dA(k) = g * (1 + phi * ln(k/k_cur)), phi = "
         "1 - g/g_peak (OUR CHOICE: more sites are worth more as gains decay, the paper's "
         "Fig. 11); window = max(5 % of sites, k_cur) (OUR CHOICE); T(k) scaled to the last "
-        "measured round (calibrate, OUR CHOICE); shrink after `patience` rounds below half "
+        "measured round (calibrate, OUR CHOICE); an addition is held for trend_rounds rounds "
+        "and taken back if they measured a lower efficiency than the rounds before it; "
+        "shrink after `patience` rounds below half "
         "the measured efficiency (OUR CHOICE of 'below'). gain=separable: the previous rule, "
         "argmax g*log(1+k)/T(k), for the ablation."
     )
@@ -267,10 +299,14 @@ class PowerTrip(Policy):
         if p["calibrate"] and times[k_cur - 1] > 0:
             scale = float(measured_times[-1] / times[k_cur - 1])
         shrink = p["patience"] > 0 and below >= p["patience"] and k_cur > 1
+        ks = [int(h.k) for h in ctx.history]
+        recent = len(ks) - RETRY_AFTER_WINDOWS * w
+        failed = [b for b, at in failed_growths(ks, w) if at >= recent]
+        cap = min([n, *[b - 1 for b in failed]])
         if shrink:
             candidates = np.arange(max(1, k_cur - window), k_cur + 1)
         else:
-            candidates = np.arange(k_cur, min(n, k_cur + window) + 1)
+            candidates = np.arange(k_cur, max(k_cur, min(cap, k_cur + window)) + 1)
         cand_times = times[candidates - 1] * scale
         if g > 0:
             cand_gains = projected_gain(g, phi, candidates, k_cur)
@@ -278,12 +314,27 @@ class PowerTrip(Policy):
             # no gain to project: compare the shape of the gain model only
             cand_gains = 1.0 + np.log(candidates / k_cur)
         eff = cand_gains / cand_times
+        trial = last_growth(ks)
+        since = len(ks) - trial[0] if trial else 0
+        k_new = None
         if shrink:
             below_cur = eff[:-1]
             pick = int(np.argmax(below_cur))  # argmax: first (smallest k) among ties
             reason = (
                 f"realised efficiency below half the measured one for {below} round(s) "
                 f"(patience {p['patience']:g}): shrink to the best projected efficiency"
+            )
+        elif trial and since < w:
+            pick = 0
+            reason = f"measuring the last addition ({trial[1]} -> {trial[2]}): {since}/{w} rounds"
+        elif trial and since == w and self._addition_failed(gains, measured_times, trial[0], w):
+            pick, k_new = 0, min(trial[1], n)
+            c = trial[0]
+            before = measured_efficiency(gains[:c], measured_times[:c], w)
+            after = measured_efficiency(gains[c:], measured_times[c:], w)
+            reason = (
+                f"adding sites {trial[1]} -> {trial[2]} lowered the measured efficiency "
+                f"({before:.3g} -> {after:.3g} per s): back to {trial[1]}"
             )
         elif g <= 0:
             pick = 0
@@ -310,9 +361,29 @@ class PowerTrip(Policy):
             time_scale=float(f"{scale:.6g}"),
             rounds_below=below,
             may_shrink=bool(shrink),
+            failed_additions=failed,
             **_explain_rows(candidates, cand_gains, cand_times, eff, pick),
         )
-        return int(candidates[pick])
+        return int(candidates[pick]) if k_new is None else k_new
+
+    @staticmethod
+    def _addition_failed(gains: np.ndarray, times: np.ndarray, c: int, w: int) -> bool:
+        """True when the `w` rounds after an addition measured a lower efficiency (Eq. 5)
+        than the `w` rounds before it would have given by then: §4's comparison with the
+        previously measured performance, made once the addition has had `w` rounds to show.
+
+        Efficiency decays through training whatever k is, so the rounds before are carried
+        forward by the decay they showed against the `w` rounds before them (OUR CHOICE; a
+        factor in [0.5, 1], 1 when there is no earlier window). Without it every addition
+        late in training would look like a failure."""
+        before = measured_efficiency(gains[:c], times[:c], w)
+        after = measured_efficiency(gains[c : c + w], times[c : c + w], w)
+        decay = 1.0
+        if c >= 2 * w:
+            earlier = measured_efficiency(gains[: c - w], times[: c - w], w)
+            if earlier > 0 and before > 0:
+                decay = min(1.0, max(0.5, before / earlier))
+        return after < before * decay
 
     # ---- gain=separable (the previous rule, for the ablation) --------------------------
     def _separable(self, ctx, p, accuracies, times, window, n, explanation) -> int:
