@@ -72,7 +72,8 @@ def test_figures_that_share_a_set_up_share_its_runs():
 def test_fig11_uses_10_50_100_percent_of_the_sites():
     runs = R.plan(["11"], [0], 100, R.sweep_ks(100))
     assert sorted(dict(r.arm.params)["k"] for r in runs) == [10, 50, 100]
-    assert not R.VARIANTS["rounds"].budget
+    assert {r.variant for r in runs} == {"ideal"}  # Fig. 11 reads Figs. 6-7's runs
+    assert not R.VARIANTS["ideal"].budget
 
 
 def test_figs_6_7_identical_full_power_sites_without_communication_and_fixed_rounds():
@@ -105,9 +106,10 @@ def test_variant_configs():
         RunConfig(workload="synthetic"), R.VARIANTS["speech"], 0, force_workload=True
     )
     assert forced.workload == "synthetic"
-    rounds = R.variant_config(BASE, R.VARIANTS["rounds"], 0)
-    assert rounds.max_rounds == 15 and rounds.target_accuracy == 1.0
-    tiny = R.variant_config(RunConfig(workload="synthetic", max_rounds=4), R.VARIANTS["rounds"], 0)
+    ideal = R.variant_config(BASE, R.VARIANTS["ideal"], 0)
+    assert ideal.max_rounds == min(BASE.max_rounds, 30) and ideal.target_accuracy == 1.0
+    assert ideal.min_power == ideal.max_power == 1.0 and ideal.max_distance_miles == 0.0
+    tiny = R.variant_config(RunConfig(workload="synthetic", max_rounds=4), R.VARIANTS["ideal"], 0)
     assert tiny.max_rounds == 4  # never more rounds than the base allows
 
 
