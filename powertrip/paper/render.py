@@ -122,6 +122,10 @@ def how_notes(meta: Mapping[str, Any], data: Mapping[str, VariantData]) -> list[
         f"{base.get('lr')}, {base.get('local_steps')} local steps, target "
         f"{base.get('target_accuracy')}, max {base.get('max_rounds')} rounds, "
         f"{base.get('eval_samples')} evaluation samples.",
+        f"Time model: {base.get('comm_directions')} transfer(s) charged per round "
+        f"(Eq. 3: 1 = the update to the aggregator), work model {base.get('work_model')}, "
+        f"PowerTrip's estimator {base.get('estimator')}, {base.get('distance_distribution')} "
+        f"distances, {base.get('clock')} clock.",
         f"Runs are in runs/<set-up>/seed<s>/<policy>/ (rounds.csv, decisions.jsonl with the "
         f"shadow decisions, summary.json); `powertrip report <run dir>` renders one. "
         f"{meta.get('cores')} CPU cores.",

@@ -232,6 +232,9 @@ def config_table(
         ["target accuracy", "-" if target is None else f"{float(target) * 100:g}%"],
     ]
     for key, label in (
+        ("comm_directions", "transfers charged per round (Eq. 3: 1 = the update up)"),
+        ("distance_distribution", "site distances"),
+        ("power", "power"),
         ("estimator", "round-time estimator"),
         ("max_rounds", "max rounds"),
         ("max_sim_hours", "max simulated hours (0 = no limit)"),

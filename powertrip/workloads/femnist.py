@@ -16,13 +16,17 @@ NUM_CLASSES = 62
 
 class FemnistWorkload(Workload):
     name = "femnist"
-    summary = "LEAF FEMNIST, 62 classes, CNN (lr 0.01, batch 20), partitioned by writer"
+    summary = "LEAF FEMNIST, 62 classes, CNN (lr 0.1, batch 20), partitioned by writer"
     data_subdir = "femnist_leaf_subset"
+    # The paper's lr is 0.01 and its EMNIST target 45 % (Fig. 8). On this 6.7 % subset lr 0.01
+    # leaves every policy short of even 45 % within `compare`'s 3 h budget, so the default is
+    # the calibrated set-up of configs/reproduce.yaml: lr 0.1, target 45 % (--lr 0.01 for the
+    # paper's). Comparable runs need a target every policy can reach in its budget (issue #15).
     defaults = WorkloadDefaults(
-        lr=0.01,
+        lr=0.1,
         batch_size=20,
         local_steps=10,
-        target_accuracy=0.6,
+        target_accuracy=0.45,
         update_size_bytes=1.5e9,
         tau_s=60.0,
         eval_samples=2000,
