@@ -26,17 +26,7 @@ POLICIES = (
 )
 
 #: the arms of the paper's Fig. 9 (and 12): its policies, the sweep that finds k*, and `all`
-FIG9_ARMS = (
-    "powertrip",
-    "sweep",
-    "static-k*",
-    "centralized-25",
-    "centralized-50",
-    "highest-power",
-    "random",
-    "radius",
-    "all",
-)
+FIG9_ARMS = (POLICIES[0], "sweep", *POLICIES[1:])
 
 #: the baselines a comparison figure's 'faster than' claims name, with their labels
 RIVALS = (
