@@ -7,7 +7,7 @@ import pytest
 
 from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
 from services.policy.policies.base import RoundOutcome
-from services.policy.policies.powertrip import recent_gain, rounds_without_gain
+from services.policy.policies.feedback import recent_gain, rounds_without_gain
 from services.policy.policies.scoring import power_cost_scores, weights
 
 GB = 1e9

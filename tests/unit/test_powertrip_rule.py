@@ -14,7 +14,7 @@ import pytest
 from powertrip.policyparams import decode, encode
 from services.policy.policies import Context, SiteTable, get_policy
 from services.policy.policies.base import PolicyError, RoundOutcome
-from services.policy.policies.powertrip import (
+from services.policy.policies.feedback import (
     best_in_window,
     gains_of,
     measured_efficiency,
