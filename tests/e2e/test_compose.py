@@ -123,6 +123,8 @@ def stack(tmp_path_factory):
         # 1000-4000 miles: one-way 8-32 ms, 0.25-1 Gbit/s x 0.03 = 7.5-30 Mbit/s
         POWERTRIP_MIN_DISTANCE_MILES="1000",
         POWERTRIP_MAX_DISTANCE_MILES="4000",
+        # the calibrated distribution needs the 1000-mile radius inside the range
+        POWERTRIP_DISTANCE_DISTRIBUTION="uniform",
         POWERTRIP_LINK_LATENCY_SCALE="1",
         POWERTRIP_LINK_BANDWIDTH_SCALE="0.03",
         POWERTRIP_PROBE_INTERVAL_S="5",
