@@ -42,11 +42,11 @@ clean:
 	rm -rf $(VENV) runs .pytest_cache
 
 REPRODUCE_OUT ?= runs/reproduce
-REPRODUCE_FIGURE ?= 9
+REPRODUCE_FIGURE ?= 8,9,10
 # empty: each target's own default (reproduce 3 seeds, reproduce-all 5)
 REPRODUCE_SEEDS ?=
 
-reproduce: setup  ## the paper's Fig. 9 (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS (3) seeds; resumable
+reproduce: setup  ## the paper's Figs. 8-10, which share their runs (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS (3) seeds; resumable
 	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(or $(REPRODUCE_SEEDS),3) --out $(REPRODUCE_OUT)
 
 # every figure (6-14) and the ablation, resumable ('run i/N' with an ETA before each run),
