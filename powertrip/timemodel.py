@@ -190,19 +190,17 @@ def prefix_round_time_estimates(
 
     Under the data-parallel work model every selected site computes for about
     W tau_step / sum(p) = DP_REFERENCE_SITES tau / sum(p_top-k) (Eq. 7), whichever estimator."""
+    if estimator not in ("paper", "clock"):
+        raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")
+    if work_model not in WORK_MODELS:
+        raise ValueError(f"work_model must be one of {', '.join(WORK_MODELS)}; got {work_model!r}")
     powers_ranked = np.asarray(powers_ranked, dtype=np.float64)
     comm_ranked = np.asarray(comm_ranked, dtype=np.float64)
     if work_model == "data-parallel":
-        if estimator not in ("paper", "clock"):
-            raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")
         compute = DP_REFERENCE_SITES * tau_s / np.cumsum(powers_ranked)
         return compute + np.maximum.accumulate(comm_ranked)
-    if work_model != "local-steps":
-        raise ValueError(f"work_model must be one of {', '.join(WORK_MODELS)}; got {work_model!r}")
     if estimator == "paper":
         counts = np.arange(1, len(powers_ranked) + 1)
         mean_p = np.cumsum(powers_ranked) / counts
         return tau_s / mean_p + np.maximum.accumulate(comm_ranked)
-    if estimator == "clock":
-        return np.maximum.accumulate(tau_s / powers_ranked + comm_ranked)
-    raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")
+    return np.maximum.accumulate(tau_s / powers_ranked + comm_ranked)

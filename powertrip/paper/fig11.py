@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from powertrip.experiments.suite import Suite
-from powertrip.paper.fig06_07 import IDEAL
 from powertrip.paper.data import VariantData, facts
+from powertrip.paper.fig06_07 import IDEAL
 from powertrip.report import claims as C
 from powertrip.report.plots import new_figure, save_figure
 

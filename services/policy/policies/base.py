@@ -18,7 +18,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from powertrip.timemodel import prefix_round_time_estimates
+from powertrip.policyparams import CHOICES
+from powertrip.timemodel import comm_parts_array_s, prefix_round_time_estimates
 
 FEDERATED = "federated"
 CENTRALIZED = "centralized"
@@ -54,6 +55,7 @@ class SiteTable:
     distance_miles: np.ndarray
     latency_s: np.ndarray  # one-way propagation delay used (configured or measured)
     bandwidth_bytes_per_s: np.ndarray  # used (configured or measured)
+    transfer_s: np.ndarray  # M / B, Eq. 3's transfer part (latency_s is its propagation part)
     comm_s: np.ndarray  # directions * (latency + M / B)
     alive: np.ndarray  # bool; dead or zero-power sites are never selected
     by_id: np.ndarray  # site indices in id order: stable sorts of it tie-break by id
@@ -124,13 +126,15 @@ class SiteTable:
             raise PolicyError(f"alive: expected {n} values, got shape {alive_arr.shape}")
         # a site at zero power would take forever (tau / 0): treat it as unavailable
         alive_arr = alive_arr & (power_arr > 0)
+        propagation, transfer = comm_parts_array_s(latency, bandwidth, update_size_bytes)
         return cls(
             ids=id_arr,
             power=power_arr,
             distance_miles=distance,
             latency_s=latency,
             bandwidth_bytes_per_s=bandwidth,
-            comm_s=max(1, int(directions)) * (latency + update_size_bytes / bandwidth),
+            transfer_s=transfer,
+            comm_s=max(1, int(directions)) * (propagation + transfer),
             alive=alive_arr,
             by_id=sorted_idx,
             alive_by_id=sorted_idx[alive_arr[sorted_idx]],
@@ -193,6 +197,15 @@ def _whole(minimum: int) -> Callable[[float], bool]:
     return lambda v: v >= minimum and float(v).is_integer()
 
 
+def _choice_rule(names: Sequence[str]) -> tuple[Callable[[float], bool], str]:
+    """The rule for a named-choice parameter: its wire number is an index into `names`."""
+    count = len(names)
+    return (
+        lambda v: v in range(count),
+        " or ".join(f"{choice} ({i})" for i, choice in enumerate(names)),
+    )
+
+
 #: Range rules for every parameter any policy takes, so the same name means the same thing
 #: everywhere and every error message says what is allowed.
 PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -204,8 +217,9 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "m_ref_gb": (lambda v: v > 0, "> 0"),
     "radius_miles": (lambda v: v >= 0, ">= 0"),
     "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "gain": (lambda v: v in (0, 1), "feedback (0) or separable (1)"),
     "calibrate": (lambda v: v in (0, 1), "0 or 1"),
+    # named choices (powertrip.policyparams): their index on the wire
+    **{name: _choice_rule(names) for name, names in CHOICES.items()},
 }
 
 
