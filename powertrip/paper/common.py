@@ -10,8 +10,9 @@ from pathlib import Path
 
 from powertrip.paper.data import VariantData
 from powertrip.report import claims as C
-from powertrip.report.data import accuracy_at_equal_time
-from powertrip.report.plots import new_figure, plot_prediction_error, save_figure
+from powertrip.report.comparison import accuracy_at_equal_time
+from powertrip.report.figures import new_figure, save_figure
+from powertrip.report.run_plots import plot_prediction_error
 
 #: the paper's Fig. 9 policies in the order its claims list them
 POLICIES = (

@@ -15,7 +15,8 @@ from typing import Any
 
 from powertrip.experiments.suite import Variant, refine_ks, run_path, static_arm
 from powertrip.report import claims as C
-from powertrip.report.data import ReportError, RunResult, load_run
+from powertrip.report.result import ReportError, RunResult
+from powertrip.report.rundir import load_run
 
 #: the paper's base set-up (Figs. 8-10, 13's 1.5 GB, the ablation's reference)
 UNIFORM = Variant("uniform", "uniform power U[0.1, 1], 1.5 GB updates")

@@ -18,9 +18,9 @@ import numpy as np
 from powertrip.experiments.suite import Suite, Variant
 from powertrip.paper.data import VariantData, facts
 from powertrip.report import claims as C
-from powertrip.report.data import RunResult
+from powertrip.report.figures import new_figure, save_figure
 from powertrip.report.html import Table
-from powertrip.report.plots import new_figure, save_figure
+from powertrip.report.result import RunResult
 
 #: rounds every run of the ideal set-up trains (never more than the base config's max_rounds)
 IDEAL_ROUNDS = 30

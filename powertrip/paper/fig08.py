@@ -14,7 +14,7 @@ from typing import Any
 from powertrip.experiments.suite import Suite
 from powertrip.paper.data import UNIFORM, VariantData, facts, per_seed_kstar
 from powertrip.report import claims as C
-from powertrip.report.plots import new_figure, save_figure
+from powertrip.report.figures import new_figure, save_figure
 
 SUITE = Suite(
     "8",

@@ -16,7 +16,7 @@ from powertrip.experiments.suite import Suite
 from powertrip.paper.common import prediction_error_plot
 from powertrip.paper.data import UNIFORM, VariantData, facts
 from powertrip.report import claims as C
-from powertrip.report.plots import new_figure, save_figure
+from powertrip.report.figures import new_figure, save_figure
 
 SUITE = Suite(
     "10",

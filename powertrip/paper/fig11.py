@@ -12,7 +12,7 @@ from powertrip.experiments.suite import Suite
 from powertrip.paper.data import VariantData, facts
 from powertrip.paper.fig06_07 import IDEAL
 from powertrip.report import claims as C
-from powertrip.report.plots import new_figure, save_figure
+from powertrip.report.figures import new_figure, save_figure
 
 #: Fig. 11 compares accuracy per round, so every run trains the same number of rounds. Which
 #: sites' power and links the clock charges does not change what a round trains, so the

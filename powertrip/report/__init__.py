@@ -4,20 +4,14 @@ Kept apart from the services so a report can be re-rendered from files alone, lo
 the run and on a machine without the training stack.
 """
 
-from powertrip.report.data import (
-    ReportError,
-    RunResult,
-    best_k,
-    comparison_rows,
-    format_table,
-    load_run,
-    sweep_rows,
-    write_comparison,
-    write_sweep,
-)
+from powertrip.report.comparison import comparison_rows, format_table, write_comparison
+from powertrip.report.comparison_plots import plot_comparison, plot_sweep
 from powertrip.report.html import Section, Table, write_html
-from powertrip.report.plots import plot_comparison, plot_run, plot_sweep
 from powertrip.report.render import detect, render
+from powertrip.report.result import ReportError, RunResult
+from powertrip.report.run_plots import plot_run
+from powertrip.report.rundir import load_run
+from powertrip.report.sweep import best_k, sweep_rows, write_sweep
 
 __all__ = [
     "ReportError",

