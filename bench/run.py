@@ -468,7 +468,7 @@ class TransferBench:
         from powertrip.training import LocalResult
         from powertrip.v1 import aggregator_pb2_grpc
         from services.site_worker.config import WorkerConfig
-        from services.site_worker.logic import SiteWorker
+        from services.site_worker.worker import SiteWorker
 
         config = RunConfig(
             workload=WORKLOAD, num_sites=1, policy="all", max_rounds=1000,

@@ -1,10 +1,10 @@
 """`SiteColumns`, the bulk form of `repeated SiteProfile`, and the conversions between them.
 
 Why columns: a service that reads 10,000 `SiteProfile` messages pays for every field of
-every message in Python (~16 ms for seven fields); the same sites as packed columns parse
-in under a millisecond and turn into numpy arrays column by column. The profiler answers
-in columns when asked (`GetProfilesRequest.columnar`), the aggregator keeps them, and the
-policy scores them (`SelectSitesRequest.site_columns`).
+every message in Python; the same sites as packed columns parse an order of magnitude
+faster and turn into numpy arrays column by column (figures in `bench/RESULTS.md`). The
+profiler answers in columns when asked (`GetProfilesRequest.columnar`), the aggregator
+keeps them, and the policy scores them (`SelectSitesRequest.site_columns`).
 """
 
 from __future__ import annotations

@@ -92,6 +92,24 @@ def comm_parts_array_s(
     return propagation.copy(), float(update_size_bytes) / bandwidth
 
 
+def site_comm_s(
+    latency_s: np.ndarray | Sequence[float],
+    bandwidth_bytes_per_s: np.ndarray | Sequence[float],
+    update_size_bytes: float,
+    directions: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 3 for every site, charged `directions` times a round: (transfer M / B_i, comm).
+
+    The one place the round's communication is computed: the policy's site table (what it
+    estimates) and the aggregator's clock (what it charges) both call it, so the two can
+    only differ in the links they are given (measured or configured), never in the formula.
+    """
+    if int(directions) < 1:
+        raise ValueError(f"directions must be >= 1, got {directions}")
+    propagation, transfer = comm_parts_array_s(latency_s, bandwidth_bytes_per_s, update_size_bytes)
+    return transfer, int(directions) * (propagation + transfer)
+
+
 def effective_gpus(gpus_available: int, spare_power_w: float, gpu_power_w: float) -> int:
     """N_eff,i(t) = min(N_avail,i, floor(P_spare,i(t) / P_gpu)) (paper Eq. 6)."""
     if gpu_power_w <= 0:

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from powertrip.v1 import policy_pb2, policy_pb2_grpc
 from services.policy.config import PolicyConfig
-from services.policy.logic import Outcome, select
 from services.policy.policies import CENTRALIZED, REGISTRY, PolicyError
+from services.policy.selection import Chosen, select
 
 SERVICE_NAME = policy_pb2.DESCRIPTOR.services_by_name["Policy"].full_name
 log = logging.getLogger("policy")
@@ -41,7 +41,7 @@ class PolicyMetrics:
         )
 
 
-def to_selection(policy: str, outcome: Outcome) -> policy_pb2.Selection:
+def to_selection(policy: str, outcome: Chosen) -> policy_pb2.Selection:
     decision = outcome.decision
     selection = policy_pb2.Selection(
         policy=policy,

@@ -12,7 +12,7 @@ from powertrip.power import TraceError
 from powertrip.service import ServiceSpec, base_parser, serve, setup_process
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
-from services.profiler.logic import ProfileBook
+from services.profiler.profile_book import ProfileBook
 from services.profiler.servicer import SERVICE_NAME, ProfilerMetrics, ProfilerServicer
 
 SPEC = ServiceSpec("profiler", 50052, "PowerTrip profiler: site power and links")

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from powertrip.linkprobe import ProbeError, measure
 from powertrip.sitecolumns import profile_at, profiles_from_columns
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
-from services.profiler.logic import ClaimError, Measured, ProfileBook, SiteTelemetry
+from services.profiler.profile_book import ClaimError, Measured, ProfileBook, SiteTelemetry
 
 SERVICE_NAME = profiler_pb2.DESCRIPTOR.services_by_name["Profiler"].full_name
 log = logging.getLogger("profiler")

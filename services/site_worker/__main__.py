@@ -26,9 +26,9 @@ from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
 from services.site_worker.link import LinkError, setup_link
-from services.site_worker.logic import SiteWorker
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
 from services.site_worker.telemetry import start_power_reporting
+from services.site_worker.worker import SiteWorker
 
 SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
 log = logging.getLogger("site_worker")

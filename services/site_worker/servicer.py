@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from powertrip.v1 import site_worker_pb2, site_worker_pb2_grpc
-from services.site_worker.logic import SiteWorker
+from services.site_worker.worker import SiteWorker
 
 SERVICE_NAME = site_worker_pb2.DESCRIPTOR.services_by_name["SiteWorker"].full_name
 

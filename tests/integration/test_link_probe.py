@@ -27,7 +27,7 @@ from powertrip.profiles import generate_population
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
-from services.profiler.logic import Measured, combine
+from services.profiler.profile_book import Measured, combine
 from services.site_worker.link import LinkError, shaping_arguments
 
 

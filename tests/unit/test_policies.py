@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.base import RoundOutcome
+from services.policy.policies.base import PastRound
 from services.policy.policies.feedback import recent_gain, rounds_without_gain
 from services.policy.policies.scoring import power_cost_scores, weights
 
@@ -124,7 +124,7 @@ def test_separable_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
     first = get_policy("powertrip").select(ctx(t))
     assert len(first.order) == 2  # max(2, 5 % of 40)
     # steady gains: the window lets k grow by up to 2 per round
-    history = [RoundOutcome(1, 2, 0.10, 100.0), RoundOutcome(2, 2, 0.20, 100.0)]
+    history = [PastRound(1, 2, 0.10, 100.0), PastRound(2, 2, 0.20, 100.0)]
     grown = get_policy("powertrip").select(ctx(t, history, params=SEPARABLE))
     assert len(grown.order) > 2
     assert grown.explanation["reason"].startswith("argmax")
@@ -139,7 +139,7 @@ def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers(rule):
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
     distance = [100, 110, 120, 9000, 9500, 9900]
     t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
-    history = [RoundOutcome(1, 3, 0.1, 60.0), RoundOutcome(2, 3, 0.2, 60.0)]
+    history = [PastRound(1, 3, 0.1, 60.0), PastRound(2, 3, 0.2, 60.0)]
     d = get_policy("powertrip").select(ctx(t, history, params={"window": 3, **rule}))
     assert len(d.order) == 3
 
@@ -148,11 +148,11 @@ def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_pat
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
     distance = [100, 110, 120, 9000, 9500, 9900]
     t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
-    stalled = [RoundOutcome(1, 6, 0.30, 60.0), RoundOutcome(2, 6, 0.29, 60.0)]
+    stalled = [PastRound(1, 6, 0.30, 60.0), PastRound(2, 6, 0.29, 60.0)]
     params = {"window": 3, "patience": 3, **SEPARABLE}
     held = get_policy("powertrip").select(ctx(t, stalled, params=params))
     assert len(held.order) == 6  # one round without gain: patience not reached
-    longer = [*stalled, RoundOutcome(3, 6, 0.28, 60.0), RoundOutcome(4, 6, 0.30, 60.0)]
+    longer = [*stalled, PastRound(3, 6, 0.28, 60.0), PastRound(4, 6, 0.30, 60.0)]
     shrunk = get_policy("powertrip").select(ctx(t, longer, params=params))
     assert len(shrunk.order) == 3  # patience exhausted: back to the efficient core
     assert "shrinking allowed" in shrunk.explanation["reason"]
@@ -161,7 +161,7 @@ def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_pat
 def test_powertrip_stops_at_target():
     t = _uniform_sites()
     d = get_policy("powertrip").select(
-        ctx(t, [RoundOutcome(1, 2, 0.81, 10.0)], target_accuracy=0.8)
+        ctx(t, [PastRound(1, 2, 0.81, 10.0)], target_accuracy=0.8)
     )
     assert d.stop
 
@@ -196,7 +196,7 @@ def test_unknown_policy_lists_valid_ones():
 def test_ten_thousand_sites():
     t = _uniform_sites(10_000)
     for name in REGISTRY:
-        d = get_policy(name).select(ctx(t, [RoundOutcome(1, 500, 0.1, 100.0)]))
+        d = get_policy(name).select(ctx(t, [PastRound(1, 500, 0.1, 100.0)]))
         assert 1 <= len(d.order) <= 10_000
         assert len(set(d.order.tolist())) == len(d.order)
 

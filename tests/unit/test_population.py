@@ -20,7 +20,7 @@ from powertrip.profiles import (
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
-from services.profiler.logic import ProfileBook
+from services.profiler.profile_book import ProfileBook
 
 SEEDS = range(200)
 

@@ -13,7 +13,7 @@ import pytest
 
 from powertrip.policyparams import decode, encode
 from services.policy.policies import Context, SiteTable, get_policy
-from services.policy.policies.base import PolicyError, RoundOutcome
+from services.policy.policies.base import PastRound, PolicyError
 from services.policy.policies.feedback import (
     best_in_window,
     gains_of,
@@ -49,9 +49,9 @@ def flat_table(n: int = 40, slow_from: int | None = None) -> SiteTable:
     )
 
 
-def history(ks, accuracies, times) -> tuple[RoundOutcome, ...]:
+def history(ks, accuracies, times) -> tuple[PastRound, ...]:
     return tuple(
-        RoundOutcome(i + 1, int(k), float(a), float(t))
+        PastRound(i + 1, int(k), float(a), float(t))
         for i, (k, a, t) in enumerate(zip(ks, accuracies, times, strict=True))
     )
 
@@ -155,14 +155,14 @@ def _run(step, rounds: int = 60, **params) -> list[int]:
         directions=1,
     )
     clock = Context(table=t, update_size_bytes=1.5 * GB, tau_s=60.0, estimator="clock")
-    hist: list[RoundOutcome] = []
+    hist: list[PastRound] = []
     acc, ks = 0.0, []
     for r in range(1, rounds + 1):
         dec = decide(t, tuple(hist), **params)
         ks.append(dec.k)
         acc += step(acc, dec.k)
         measured = float(clock.round_time_estimates(dec.order)[-1])
-        hist.append(RoundOutcome(r, dec.k, acc, measured))
+        hist.append(PastRound(r, dec.k, acc, measured))
     return ks
 
 
@@ -241,7 +241,7 @@ def _golden_case(seed: int) -> dict:
         [f"site-{i:03d}" for i in range(n)], power, dist, dist / 124188, bw, m, 2, alive
     )
     hist = tuple(
-        RoundOutcome(i + 1, int(k), float(a), float(tt))
+        PastRound(i + 1, int(k), float(a), float(tt))
         for i, (k, a, tt) in enumerate(zip(ks, acc, times, strict=True))
     )
     return {
@@ -306,7 +306,7 @@ def test_static_keeps_the_set_of_round_one_and_replaces_dead_sites():
         1,
         alive=[s != ids[1] for s in t.ids.tolist()],
     )
-    hist = (RoundOutcome(1, 3, 0.1, 100.0, tuple(ids)),)
+    hist = (PastRound(1, 3, 0.1, 100.0, tuple(ids)),)
     kept = decide(later, hist, policy="static", k=3)
     kept_ids = [str(later.ids[i]) for i in kept.order]
     assert kept_ids[:2] == [ids[0], ids[2]]  # the alive ones of round 1, in order

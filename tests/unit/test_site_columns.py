@@ -16,10 +16,10 @@ from powertrip.sitecolumns import (
 )
 from powertrip.v1 import common_pb2, policy_pb2
 from services.policy.config import PolicyConfig
-from services.policy.logic import build_context, select
 from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.base import RoundOutcome
+from services.policy.policies.base import PastRound
 from services.policy.policies.scoring import rank_asc, rank_desc
+from services.policy.selection import build_context, select
 from services.policy.servicer import to_selection
 
 
@@ -172,7 +172,7 @@ def test_shared_rankings_do_not_leak_between_policies_or_parameters():
             request(sites=profiles(400, seed=8, dead={3, 9})), PolicyConfig()
         ).table
 
-    history = (RoundOutcome(1, 20, 0.1, 100.0),)
+    history = (PastRound(1, 20, 0.1, 100.0),)
     cases = [(name, {}) for name in REGISTRY] + [
         ("static", {"m_ref_gb": 0.1}),
         ("powertrip", {"m_ref_gb": 20.0}),

@@ -8,9 +8,9 @@ from services.policy.policies.base import (
     FEDERATED,
     Context,
     Decision,
+    PastRound,
     Policy,
     PolicyError,
-    RoundOutcome,
     SiteTable,
 )
 from services.policy.policies.centralized import Centralized, Centralized25, Centralized50
@@ -64,7 +64,7 @@ __all__ = [
     "Decision",
     "Policy",
     "PolicyError",
-    "RoundOutcome",
+    "PastRound",
     "SiteTable",
     "get_policy",
     "shadow_names",

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from powertrip.policyparams import CHOICES
-from powertrip.timemodel import comm_parts_array_s, prefix_round_time_estimates
+from powertrip.timemodel import prefix_round_time_estimates, site_comm_s
 
 FEDERATED = "federated"
 CENTRALIZED = "centralized"
@@ -126,7 +126,7 @@ class SiteTable:
             raise PolicyError(f"alive: expected {n} values, got shape {alive_arr.shape}")
         # a site at zero power would take forever (tau / 0): treat it as unavailable
         alive_arr = alive_arr & (power_arr > 0)
-        propagation, transfer = comm_parts_array_s(latency, bandwidth, update_size_bytes)
+        transfer, comm = site_comm_s(latency, bandwidth, update_size_bytes, max(1, int(directions)))
         return cls(
             ids=id_arr,
             power=power_arr,
@@ -134,7 +134,7 @@ class SiteTable:
             latency_s=latency,
             bandwidth_bytes_per_s=bandwidth,
             transfer_s=transfer,
-            comm_s=max(1, int(directions)) * (propagation + transfer),
+            comm_s=comm,
             alive=alive_arr,
             by_id=sorted_idx,
             alive_by_id=sorted_idx[alive_arr[sorted_idx]],
@@ -142,7 +142,7 @@ class SiteTable:
 
 
 @dataclass(frozen=True)
-class RoundOutcome:
+class PastRound:
     """One finished round as the policy sees it: its only feedback signal (paper Eq. 5)."""
 
     round: int
@@ -160,7 +160,7 @@ class Context:
     table: SiteTable
     update_size_bytes: float
     tau_s: float
-    history: tuple[RoundOutcome, ...] = ()
+    history: tuple[PastRound, ...] = ()
     #: stop once the last accuracy reaches this; inf = no target
     target_accuracy: float = math.inf
     seed: int = 0

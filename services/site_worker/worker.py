@@ -88,7 +88,13 @@ class SiteWorker:
         self.replicas: queue.SimpleQueue[torch.nn.Module] = queue.SimpleQueue()
         for _ in range(self.config.train_threads):
             self.replicas.put(self.workload.build_model().to(self.config.device))
-        log.info("%s: %d site(s), %s", self.config.worker_id, len(self.site_ids), partition.note)
+        log.info(
+            "%s: run %s, %d site(s), %s",
+            self.config.worker_id,
+            spec.run_id or "(unnamed)",
+            len(self.site_ids),
+            partition.note,
+        )
 
     # ---- work --------------------------------------------------------------------------
     def download(self, stub, session: str, version: int) -> dict[str, np.ndarray]:

@@ -10,18 +10,17 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
-from powertrip.sitecolumns import ColumnsError, num_sites
+from powertrip.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from powertrip.timemodel import WORK_MODELS
 from services.policy.config import PolicyConfig
 from services.policy.policies import (
     Context,
     Decision,
+    PastRound,
     PolicyError,
-    RoundOutcome,
     SiteTable,
     get_policy,
     shadow_names,
@@ -44,48 +43,27 @@ class Shadow:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Chosen:
     context: Context
     decision: Decision
     shadows: tuple[Shadow, ...] = ()
 
     def site_ids(self, order: Iterable[int] | np.ndarray) -> list[str]:
-        # numpy's tolist() makes the Python strings in C; a per-element str() is ~10x slower
+        # numpy's tolist() makes the Python strings in C, far faster than a per-element str()
         return self.context.table.ids[np.asarray(order, dtype=np.int64)].tolist()
-
-
-#: The SiteProfile fields a policy reads, fetched per profile in one C call (attrgetter):
-#: at 10,000 sites, per-field Python loops over the messages cost more than every policy.
-_PROFILE_NUMBERS = attrgetter(
-    "power_fraction",
-    "distance_miles",
-    "latency_s",
-    "bandwidth_bytes_per_s",
-    "measured_latency_s",
-    "measured_bandwidth_bytes_per_s",
-    "alive",
-)
-_PROFILE_ID = attrgetter("site_id")
 
 
 def site_table(
     profiles, update_size_bytes: float, directions: int, use_measured: bool
 ) -> SiteTable:
-    """Columns from SiteProfile messages; measured latency and bandwidth each win when present.
-
-    They are taken independently because a probe may have measured RTT but not throughput yet.
-    """
+    """The table from SiteProfile messages: turned into columns first (the one field list
+    lives in powertrip/sitecolumns.py), so both request forms take the same path."""
     profiles = list(profiles)
     if not profiles:
         raise PolicyError("no sites in the request")
-    columns = np.array(list(map(_PROFILE_NUMBERS, profiles)), dtype=np.float64)
-    power, distance, latency, bandwidth, m_lat, m_bw, alive = columns.T
-    return _table(
-        list(map(_PROFILE_ID, profiles)),
-        power, distance, latency, bandwidth, alive.astype(bool),
-        (m_lat, m_bw) if use_measured else None,
-        update_size_bytes, directions,
-    )  # fmt: skip
+    return site_table_from_columns(
+        columns_from_profiles(profiles), update_size_bytes, directions, use_measured
+    )
 
 
 def site_table_from_columns(
@@ -102,8 +80,8 @@ def site_table_from_columns(
         raise PolicyError("no sites in the request")
 
     def column(name: str) -> np.ndarray:
-        # slicing copies the packed values into a list in C: ~0.4 ms per 10,000, half
-        # of np.fromiter over the container
+        # slicing copies the packed values into a list in C, faster than np.fromiter
+        # over the container
         return np.array(getattr(columns, name)[:], dtype=np.float64)
 
     measured = None
@@ -180,7 +158,7 @@ def build_context(request, config: PolicyConfig) -> Context:
         update_size_bytes=request.update_size_bytes,
         tau_s=request.tau_s,
         history=tuple(
-            RoundOutcome(h.round, h.k, h.accuracy, h.round_time_s, tuple(h.site_ids))
+            PastRound(h.round, h.k, h.accuracy, h.round_time_s, tuple(h.site_ids))
             for h in request.history
         ),
         # 0 on the wire means "no target": never stop on accuracy
@@ -211,9 +189,9 @@ def shadows(chosen: str, ctx: Context) -> tuple[Shadow, ...]:
     return tuple(out)
 
 
-def select(request, config: PolicyConfig) -> Outcome:
+def select(request, config: PolicyConfig) -> Chosen:
     """The whole SelectSites decision, minus the wire format."""
     policy = get_policy(request.policy)  # an unknown name fails before any work
     ctx = build_context(request, config)
     decision = policy.select(ctx)
-    return Outcome(ctx, decision, shadows(request.policy, ctx) if request.shadow else ())
+    return Chosen(ctx, decision, shadows(request.policy, ctx) if request.shadow else ())
