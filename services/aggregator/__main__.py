@@ -19,10 +19,11 @@ from powertrip.service import (
 )
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
-from services.aggregator.config import AggregatorConfig
-from services.aggregator.logic import RoundLoop, all_site_ids, run_spec
-from services.aggregator.records import CheckpointError
-from services.aggregator.servicer import SERVICE_NAME, AggregatorMetrics, AggregatorServicer
+from services.aggregator.checkpoint_store import CheckpointError
+from services.aggregator.config import AggregatorConfig, all_site_ids, run_spec
+from services.aggregator.metrics import AggregatorMetrics
+from services.aggregator.round_loop import RoundLoop
+from services.aggregator.servicer import SERVICE_NAME, AggregatorServicer
 from services.aggregator.state import AggregatorState
 
 SPEC = ServiceSpec("aggregator", 50051, "PowerTrip aggregator: global model and round loop")

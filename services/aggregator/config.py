@@ -1,4 +1,5 @@
-"""Aggregator configuration: the resolved run plus where the other services are."""
+"""Aggregator configuration: the resolved run plus where the other services are, and
+what follows from it (the spec workers get, the run's site ids)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from powertrip.config import RunConfig
+from powertrip.profiles import site_id as make_site_id
+from powertrip.v1 import aggregator_pb2
 
 
 @dataclass(frozen=True)
@@ -19,3 +22,22 @@ class AggregatorConfig:
     join_token: str = ""  # when set, workers must present it to register
     resume: bool = False  # continue from out_dir/checkpoint
     credentials: object = None  # grpc.ChannelCredentials for profiler/policy (mutual TLS)
+
+
+def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
+    """What every worker is told about the run when it registers."""
+    run = config.run
+    return aggregator_pb2.RunSpec(
+        run_id=config.out_dir.name,
+        workload=run.workload,
+        num_sites=run.num_sites,
+        seed=run.seed,
+        lr=run.lr,
+        batch_size=run.batch_size,
+        local_steps=run.local_steps,
+        data_dir=run.data_dir or "",
+    )
+
+
+def all_site_ids(num_sites: int) -> list[str]:
+    return [make_site_id(i) for i in range(num_sites)]

@@ -1,4 +1,4 @@
-"""What a run writes: rounds.csv, decisions.jsonl, summary.json and checkpoints.
+"""What a run writes: rounds.csv, decisions.jsonl, wall.csv and summary.json.
 
 Everything in rounds.csv derives from the seed on the simulated clock, so two runs with
 the same seed produce identical files; wall-clock timings go to wall.csv instead.
@@ -7,14 +7,10 @@ the same seed produce identical files; wall-clock timings go to wall.csv instead
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 
 @dataclass
@@ -67,12 +63,6 @@ def _fmt(value) -> str:
 
 
 WALL_HEADER = "round,wall_round_s,wall_train_s,wall_eval_s\n"
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FORMAT = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupt or belongs to another run; the message says which."""
 
 
 class RunRecorder:
@@ -110,74 +100,6 @@ class RunRecorder:
         tmp = self.out_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
         os.replace(tmp, self.out_dir / "summary.json")
-
-    def checkpoint(self, weights: dict[str, np.ndarray], state: dict) -> None:
-        """Write the model, then the loop state that names it (each atomically, fsynced).
-
-        state.json is the commit point: it is replaced only once the model file it names
-        is on disk, so a kill at any instant leaves a consistent pair (the previous one or
-        the new one). Older model files are removed afterwards.
-        """
-        ckpt = self.out_dir / CHECKPOINT_DIR
-        ckpt.mkdir(exist_ok=True)
-        name = f"model-{int(state['round']):06d}.npz"
-        tmp = ckpt / f"{name}.tmp"
-        with tmp.open("wb") as f:
-            np.savez(f, **weights)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, ckpt / name)
-        record = {
-            **state,
-            "format": CHECKPOINT_FORMAT,
-            "model_file": name,
-            "model_sha256": _sha256(ckpt / name),
-        }
-        tmp_state = ckpt / "state.json.tmp"
-        with tmp_state.open("w") as f:
-            f.write(json.dumps(record, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_state, ckpt / "state.json")
-        for old in ckpt.glob("model*.npz"):
-            if old.name != name:
-                old.unlink(missing_ok=True)
-
-
-def load_checkpoint(out_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-    """(weights, state) of the last checkpoint under `out_dir`, or None if there is none.
-
-    Raises CheckpointError naming the file when one exists but cannot be trusted.
-    """
-    ckpt = Path(out_dir) / CHECKPOINT_DIR
-    state_path = ckpt / "state.json"
-    if not state_path.exists():
-        return None
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{state_path}: unreadable checkpoint state: {exc}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"{state_path}: not a format-{CHECKPOINT_FORMAT} checkpoint (written by an older "
-            "version?); start a new run instead"
-        )
-    model_path = ckpt / str(state.get("model_file", ""))
-    if not model_path.is_file():
-        raise CheckpointError(f"{state_path}: names model file {model_path.name}, which is missing")
-    if _sha256(model_path) != state.get("model_sha256"):
-        raise CheckpointError(f"{model_path}: SHA-256 does not match {state_path}")
-    with np.load(model_path, allow_pickle=False) as data:
-        weights = {k: data[k] for k in data.files}
-    return weights, state
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:

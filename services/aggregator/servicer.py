@@ -10,97 +10,15 @@ import logging
 import time
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, TensorStreamError
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
+from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RegistrationError, tokens_match
 
 SERVICE_NAME = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"].full_name
 MAX_LONG_POLL_S = 30.0
-EXPECTED_REJECT_REASONS = (
-    "checksum",
-    "non_finite",
-    "truncated",
-    "oversized",
-    "stale_round",
-    "duplicate",
-    "unauthenticated",
-    "wrong_identity",
-)
 log = logging.getLogger("aggregator")
-
-
-class AggregatorMetrics:
-    def __init__(self, registry: CollectorRegistry):
-        self.round_duration = Histogram(
-            "powertrip_round_duration_seconds",
-            "Round time (simulated or wall)",
-            ["clock"],
-            buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600),
-            registry=registry,
-        )
-        self.round = Gauge("powertrip_round", "Last finished round", registry=registry)
-        self.selected = Gauge(
-            "powertrip_selected_sites", "Sites selected this round", registry=registry
-        )
-        self.accuracy = Gauge("powertrip_global_accuracy", "Held-out accuracy", registry=registry)
-        self.sim_time = Gauge(
-            "powertrip_sim_time_seconds", "Run clock", ["clock"], registry=registry
-        )
-        self.round_part = Gauge(
-            "powertrip_round_part_seconds",
-            "Straggler's compute/comm and mean wait of the last round",
-            ["part"],
-            registry=registry,
-        )
-        self.transfer = Counter(
-            "powertrip_transfer_bytes",
-            "Model and delta bytes moved",
-            ["direction"],
-            registry=registry,
-        )
-        self.rejected = Counter(
-            "powertrip_delta_rejected", "Deltas rejected, by reason", ["reason"], registry=registry
-        )
-        # Export the common reasons at 0 from the start, so dashboards and alerts see the
-        # series before the first rejection (a labelled counter has no samples until then).
-        for reason in EXPECTED_REJECT_REASONS:
-            self.rejected.labels(reason)
-        self.policy_fallbacks = Counter(
-            "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
-        )
-        self.profiler_fallbacks = Counter(
-            "powertrip_profiler_fallbacks",
-            "Rounds that reused the last profiles (profiler unreachable)",
-            registry=registry,
-        )
-        self.dependency_retries = Counter(
-            "powertrip_dependency_retries",
-            "Failed calls to the profiler or policy that were retried",
-            ["dependency"],
-            registry=registry,
-        )
-        self.site_failures = Counter(
-            "powertrip_site_failures",
-            "Selected sites that missed their round's deadline",
-            registry=registry,
-        )
-        self.auth_failures = Counter(
-            "powertrip_auth_failures",
-            "Calls refused for a missing or wrong token, by kind",
-            ["kind"],
-            registry=registry,
-        )
-        self.empty_rounds = Counter(
-            "powertrip_empty_rounds",
-            "Rounds redone because no selected site delivered a delta",
-            registry=registry,
-        )
-        self.dead_sites = Gauge(
-            "powertrip_dead_sites", "Sites currently marked dead", registry=registry
-        )
-
 
 #: Largest single upload message: one <= 1 MiB chunk plus its fields. Anything bigger is
 #: refused by us (RESOURCE_EXHAUSTED, reason oversized_message) before gRPC's own 4 MiB cap.
@@ -314,26 +232,39 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                     "stale_model",
                     f"delta against model {header.model_version}, task was {task.model_version}",
                 )
-            if header.site_id in current.received:
+            if current.has_delta(header.site_id):
                 raise Rejected(
                     grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
                 )
 
     def _accept(self, header, arrays, received: int) -> None:
+        """Claim the site's place under the state lock, sum its delta under the round's own
+        lock, then book it: polls and authentication never wait on FedAvg arithmetic. A
+        claimed delta is summed exactly once; a second upload of the site is a duplicate."""
+        site = header.site_id
         with self.state.lock:
             current = self.state.current
             if current is None or current.round != header.round:
                 raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "stale_round", "round ended")
-            if header.site_id in current.received:
+            if current.has_delta(site):
                 raise Rejected(
                     grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
                 )
-            current.fedavg.add(header.site_id, arrays, float(header.num_samples))
-            current.received.add(header.site_id)
-            current.train_loss[header.site_id] = header.train_loss
-            current.finished_at[header.site_id] = time.monotonic()
-            current.compute_wall_s[header.site_id] = header.compute_wall_s
-            current.steps[header.site_id] = header.steps
+            current.accepting.add(site)
+        try:
+            current.fedavg.add(site, arrays, float(header.num_samples))
+        except BaseException:
+            with self.state.lock:
+                current.accepting.discard(site)
+                self.state.changed.notify_all()
+            raise
+        with self.state.lock:
+            current.accepting.discard(site)
+            current.received.add(site)
+            current.train_loss[site] = header.train_loss
+            current.finished_at[site] = time.monotonic()
+            current.compute_wall_s[site] = header.compute_wall_s
+            current.steps[site] = header.steps
             current.bytes_up += received
             self.state.changed.notify_all()
 

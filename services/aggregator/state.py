@@ -1,7 +1,8 @@
 """State shared by the aggregator's gRPC handlers and its round loop, under one lock.
 
 Handlers only touch this object; the round loop installs a round, waits on the condition
-for uploads, and advances the model. Nothing here is global: one instance per process.
+for uploads, and advances the model, only through its methods. FedAvg arithmetic is not
+done under this lock (see accumulator.py). Nothing here is global: one instance per process.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from powertrip.fedavg import StreamingFedAvg
 from powertrip.rpc.tensors import TensorSpec, encode_tensors, layout_of
 from powertrip.v1 import aggregator_pb2, common_pb2
+from services.aggregator.accumulator import RoundAccumulator
 
 
 class RegistrationError(Exception):
@@ -48,8 +49,10 @@ class RoundInProgress:
     round: int
     model_version: int
     tasks: dict[str, aggregator_pb2.Task]  # task_id -> task
-    fedavg: StreamingFedAvg
+    fedavg: RoundAccumulator
     received: set[str] = field(default_factory=set)  # site ids whose delta was accepted
+    #: site ids whose delta passed the checks and is being summed (off the state lock)
+    accepting: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     train_loss: dict[str, float] = field(default_factory=dict)
     bytes_up: int = 0
@@ -68,6 +71,10 @@ class RoundInProgress:
 
     def complete(self) -> bool:
         return self.received | self.failed >= self.expected
+
+    def has_delta(self, site: str) -> bool:
+        """The site's delta was accepted or is being summed: another one is a duplicate."""
+        return site in self.received or site in self.accepting
 
 
 class AggregatorState:
@@ -162,11 +169,15 @@ class AggregatorState:
                 info.queue.append(task)
                 info.wake.set()
 
-    # ---- liveness ----------------------------------------------------------------------
-    def mark_dead_locked(self, sites) -> None:
-        """Caller holds the lock. Sites that missed a deadline are excluded until heard from."""
-        self.dead.update(sites)
+    def wait_registered(self, count: int, deadline: float) -> bool:
+        """Block until `count` sites are hosted or time.monotonic() reaches `deadline`."""
+        with self.lock:
+            return self.changed.wait_for(
+                lambda: len(self.site_owner) >= count,
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
 
+    # ---- liveness ----------------------------------------------------------------------
     def restore_dead(self, sites) -> None:
         with self.lock:
             self.dead = set(sites) & self._known
@@ -177,6 +188,15 @@ class AggregatorState:
             return self.changed.wait_for(
                 lambda: any(s not in self.dead for s in self.site_owner), timeout=timeout_s
             )
+
+    def hide_dead(self, columns: common_pb2.SiteColumns) -> common_pb2.SiteColumns:
+        """Mark dead sites unavailable in `columns` (in place): the policy must not pick them."""
+        dead = self.dead_sites()
+        if dead:
+            for row, site in enumerate(columns.site_id):
+                if site in dead:
+                    columns.alive[row] = False
+        return columns
 
     def dead_sites(self) -> set[str]:
         with self.lock:
@@ -219,8 +239,53 @@ class AggregatorState:
             tasks, info.queue = info.queue, []
             return tasks, self.done and not tasks
 
-    def finish(self) -> None:
+    def close_round(self, progress: RoundInProgress, deadline: float) -> tuple[list[str], int]:
+        """Wait for every delta or time.monotonic() reaching `deadline`, then end the round.
+
+        A delta accepted before the end may still be summing: it counts, and is waited
+        for. Sites that missed the deadline are marked failed and dead (excluded until
+        heard from). Returns (those sites, sorted; how many sites are dead now).
+        """
         with self.lock:
+            finished = self.changed.wait_for(
+                progress.complete, timeout=max(0.0, deadline - time.monotonic())
+            )
+            self.current = None
+            self.changed.wait_for(lambda: not progress.accepting)
+            missing = [] if finished else sorted(progress.expected - progress.received)
+            progress.failed.update(missing)
+            self.dead.update(missing)
+            return missing, len(self.dead)
+
+    # ---- status --------------------------------------------------------------------------
+    def start_running(self, max_rounds: int) -> None:
+        with self.lock:
+            self.status.state = "running"
+            self.status.max_rounds = max_rounds
+
+    def restore_status(self, last: common_pb2.RoundRecord, rounds: int) -> None:
+        """A resumed run shows its last checkpointed round until the next one finishes."""
+        with self.lock:
+            self.status.last.CopyFrom(last)
+            self.status.round = rounds
+
+    def publish_round(self, last: common_pb2.RoundRecord) -> None:
+        with self.lock:
+            s = self.status
+            s.state, s.round, s.accuracy, s.sim_time_s, s.k = (
+                "running",
+                last.round,
+                last.accuracy,
+                last.sim_time_s,
+                last.k,
+            )
+            s.last.CopyFrom(last)
+
+    def finish(self, state: str, message: str) -> None:
+        """The run is over (`state` done or failed): wake every poller to see `shutdown`."""
+        with self.lock:
+            self.status.state = state
+            self.status.message = message
             self.done = True
             for info in self.workers.values():
                 info.wake.set()

@@ -21,7 +21,7 @@ from powertrip.fedavg import apply_delta, weighted_average
 from powertrip.profiles import site_index
 from powertrip.training import site_seed, train_local
 from powertrip.workloads import get_workload
-from services.aggregator.records import load_checkpoint
+from services.aggregator.checkpoint_store import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from services.aggregator.records import (
+from services.aggregator.checkpoint_store import (
     CheckpointError,
-    RoundRow,
-    RunRecorder,
     load_checkpoint,
+    write_checkpoint,
 )
+from services.aggregator.records import RoundRow, RunRecorder
 
 
 def _row(n: int) -> RoundRow:
@@ -27,9 +27,11 @@ def _row(n: int) -> RoundRow:
 
 
 def test_checkpoint_round_trip_and_only_latest_model_kept(tmp_path):
-    rec = RunRecorder(tmp_path)
+    RunRecorder(tmp_path)
     for n in (1, 2):
-        rec.checkpoint({"w": np.full((2, 3), n, np.float32)}, {"round": n, "x": 0.1 + n})
+        write_checkpoint(
+            tmp_path, {"w": np.full((2, 3), n, np.float32)}, {"round": n, "x": 0.1 + n}
+        )
     weights, state = load_checkpoint(tmp_path)
     assert state["round"] == 2 and state["x"] == 2.1
     np.testing.assert_array_equal(weights["w"], np.full((2, 3), 2, np.float32))
@@ -39,7 +41,8 @@ def test_checkpoint_round_trip_and_only_latest_model_kept(tmp_path):
 
 @pytest.mark.parametrize("damage", ["corrupt_model", "missing_model", "bad_json", "old_format"])
 def test_damaged_checkpoint_is_refused_naming_the_file(tmp_path, damage):
-    RunRecorder(tmp_path).checkpoint({"w": np.zeros(4, np.float32)}, {"round": 1})
+    RunRecorder(tmp_path)
+    write_checkpoint(tmp_path, {"w": np.zeros(4, np.float32)}, {"round": 1})
     ckpt = tmp_path / "checkpoint"
     state = ckpt / "state.json"
     if damage == "corrupt_model":

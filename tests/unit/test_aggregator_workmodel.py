@@ -4,14 +4,13 @@ hand-computed numbers, and the invariants the data-parallel split promises (DESI
 from __future__ import annotations
 
 import csv
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from powertrip.v1 import common_pb2
-from services.aggregator.logic import LoopResult, RoundLoop
+from services.aggregator.checkpoint_store import restore_site_ids
 from services.aggregator.records import (
     ROUND_COLUMNS,
     RoundRow,
@@ -19,6 +18,7 @@ from services.aggregator.records import (
     round_columns,
     round_sites,
 )
+from services.aggregator.run_result import LoopResult
 from services.aggregator.workmodel import (
     DP_REFERENCE_SITES,
     data_parallel_split,
@@ -152,11 +152,9 @@ def test_history_site_ids_survive_a_checkpoint_and_old_ones_come_from_rounds_csv
     # a checkpoint from before RoundRecord.site_ids: its history has none
     old = {"round": 1, "k": 2, "accuracy": 0.5, "round_time_s": 2.0,
            "predicted_round_time_s": 9.5, "sim_time_s": 2.0}  # fmt: skip
-    loop = RoundLoop.__new__(RoundLoop)
-    loop.config = SimpleNamespace(out_dir=tmp_path)
-    loop.result = LoopResult.from_json(
+    result = LoopResult.from_json(
         {"rounds": 1, "sim_time_s": 2.0, "accuracy": 0.5, "best_accuracy": 0.5,
          "time_to_target_s": None, "stopped_reason": "", "history": [old]}
     )  # fmt: skip
-    loop._restore_site_ids()
-    assert list(loop.result.history[0].site_ids) == ["site-003", "site-001"]
+    restore_site_ids(result, tmp_path)
+    assert list(result.history[0].site_ids) == ["site-003", "site-001"]

@@ -152,7 +152,8 @@ def test_the_aggregator_reads_profiles_in_either_form():
     """A profiler from before `columnar` (and a checkpoint written then) answers with one
     message per site; malformed columns fail the run with the column's name."""
     from powertrip.v1 import profiler_pb2
-    from services.aggregator.logic import RunFailed, _columns_of
+    from services.aggregator.control_client import columns_of as _columns_of
+    from services.aggregator.errors import RunFailed
 
     sites = profiles(6, dead={2})
     old = profiler_pb2.GetProfilesResponse(sites=sites)

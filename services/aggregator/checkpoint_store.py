@@ -1,0 +1,222 @@
+"""Checkpoints: the model plus every piece of loop state the following rounds depend on.
+
+Written atomically after a round (when the run asks for it) and read back by --resume,
+which continues the run to the same bytes it would have written uninterrupted.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from powertrip.config import RunConfig
+from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
+from services.aggregator.control_client import columns_of
+from services.aggregator.records import round_sites
+from services.aggregator.run_result import LoopResult
+
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FORMAT = 1
+#: Settings that may differ between a run and its resumption: they change how the run is
+#: executed, not what it computes.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "workers",
+        "threads_per_worker",
+        "round_deadline_s",
+        "max_rounds",
+        "max_sim_hours",
+        "checkpoint",
+        "data_dir",
+    }
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt or belongs to another run; the message says which."""
+
+
+def write_checkpoint(out_dir: Path, weights: dict[str, np.ndarray], state: dict) -> None:
+    """Write the model, then the loop state that names it (each atomically, fsynced).
+
+    state.json is the commit point: it is replaced only once the model file it names
+    is on disk, so a kill at any instant leaves a consistent pair (the previous one or
+    the new one). Older model files are removed afterwards.
+    """
+    ckpt = Path(out_dir) / CHECKPOINT_DIR
+    ckpt.mkdir(exist_ok=True)
+    name = f"model-{int(state['round']):06d}.npz"
+    tmp = ckpt / f"{name}.tmp"
+    with tmp.open("wb") as f:
+        np.savez(f, **weights)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, ckpt / name)
+    record = {
+        **state,
+        "format": CHECKPOINT_FORMAT,
+        "model_file": name,
+        "model_sha256": _sha256(ckpt / name),
+    }
+    tmp_state = ckpt / "state.json.tmp"
+    with tmp_state.open("w") as f:
+        f.write(json.dumps(record, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp_state, ckpt / "state.json")
+    for old in ckpt.glob("model*.npz"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def load_checkpoint(out_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """(weights, state) of the last checkpoint under `out_dir`, or None if there is none.
+
+    Raises CheckpointError naming the file when one exists but cannot be trusted.
+    """
+    ckpt = Path(out_dir) / CHECKPOINT_DIR
+    state_path = ckpt / "state.json"
+    if not state_path.exists():
+        return None
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{state_path}: unreadable checkpoint state: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{state_path}: not a format-{CHECKPOINT_FORMAT} checkpoint (written by an older "
+            "version?); start a new run instead"
+        )
+    model_path = ckpt / str(state.get("model_file", ""))
+    if not model_path.is_file():
+        raise CheckpointError(f"{state_path}: names model file {model_path.name}, which is missing")
+    if _sha256(model_path) != state.get("model_sha256"):
+        raise CheckpointError(f"{model_path}: SHA-256 does not match {state_path}")
+    with np.load(model_path, allow_pickle=False) as data:
+        weights = {k: data[k] for k in data.files}
+    return weights, state
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _encode(message: Any) -> str:
+    return base64.b64encode(message.SerializeToString(deterministic=True)).decode()
+
+
+@dataclass
+class Resumed:
+    """What a resumed run continues from."""
+
+    round: int  # the last checkpointed round
+    model_version: int
+    weights: dict[str, np.ndarray]
+    result: LoopResult
+    dead_sites: list[str]
+    last_selection: policy_pb2.Selection | None
+    last_profiles: common_pb2.SiteColumns | None
+
+
+class CheckpointStore:
+    """The checkpoint of one run directory, checked against the run's configuration."""
+
+    def __init__(self, out_dir: Path, run: RunConfig):
+        self.out_dir = Path(out_dir)
+        self.run = run
+
+    def save(
+        self,
+        round_no: int,
+        weights: dict[str, np.ndarray],
+        model_version: int,
+        result: LoopResult,
+        dead_sites: set[str],
+        last_selection: policy_pb2.Selection | None,
+        last_profiles: common_pb2.SiteColumns | None,
+    ) -> None:
+        state: dict[str, Any] = {
+            "round": round_no,
+            "model_version": model_version,
+            "sim_time_s": result.sim_time_s,
+            "result": result.to_json(),
+            "dead_sites": sorted(dead_sites),
+            "config": self.run.to_dict(),
+        }
+        if last_selection is not None:
+            state["last_selection"] = _encode(last_selection)
+        if last_profiles is not None:
+            state["last_profiles"] = _encode(
+                profiler_pb2.GetProfilesResponse(columns=last_profiles)
+            )
+        write_checkpoint(self.out_dir, weights, state)
+
+    def load(self, initial: dict[str, np.ndarray]) -> Resumed | None:
+        """The checkpoint to continue from, or None if there is none. Raises CheckpointError
+        if it belongs to another configuration or its model does not fit `initial`'s."""
+        found = load_checkpoint(self.out_dir)
+        if found is None:
+            return None
+        weights, saved = found
+        self._check(initial, weights, saved)
+        last_selection = last_profiles = None
+        if saved.get("last_selection"):
+            last_selection = policy_pb2.Selection.FromString(
+                base64.b64decode(saved["last_selection"])
+            )
+        if saved.get("last_profiles"):
+            last_profiles = columns_of(
+                profiler_pb2.GetProfilesResponse.FromString(
+                    base64.b64decode(saved["last_profiles"])
+                )
+            )
+        return Resumed(
+            round=int(saved["round"]),
+            model_version=int(saved["model_version"]),
+            weights=weights,
+            result=LoopResult.from_json(saved["result"]),
+            dead_sites=list(saved.get("dead_sites", [])),
+            last_selection=last_selection,
+            last_profiles=last_profiles,
+        )
+
+    def _check(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
+        where = self.out_dir / CHECKPOINT_DIR / "state.json"
+        differ = sorted(
+            k
+            for k, v in self.run.to_dict().items()
+            if k not in RESUMABLE_CHANGES and saved.get("config", {}).get(k) != v
+        )
+        if differ:
+            raise CheckpointError(
+                f"{where}: the run configuration differs from the checkpoint's in "
+                f"{', '.join(differ)}; resume with the run's own configuration"
+            )
+        if list(weights) != list(initial) or any(
+            weights[k].shape != initial[k].shape or weights[k].dtype != initial[k].dtype
+            for k in initial
+        ):
+            raise CheckpointError(f"{where}: the checkpointed model does not match the workload")
+
+
+def restore_site_ids(result: LoopResult, out_dir: Path) -> None:
+    """Checkpoints written before RoundRecord.site_ids existed have history without it
+    (a policy such as static-k reads round 1's set from it): take each round's sites
+    from rounds.csv, already trimmed to the checkpoint's round."""
+    missing = [h for h in result.history if not h.site_ids]
+    if not missing:
+        return
+    sites = round_sites(out_dir)
+    for record in missing:
+        record.site_ids.extend(sites.get(record.round, []))

@@ -1,0 +1,102 @@
+"""The aggregator's Prometheus metrics, shared by the gRPC handlers and the round loop."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.aggregator.records import RoundRow
+
+EXPECTED_REJECT_REASONS = (
+    "checksum",
+    "non_finite",
+    "truncated",
+    "oversized",
+    "stale_round",
+    "duplicate",
+    "unauthenticated",
+    "wrong_identity",
+)
+
+
+class AggregatorMetrics:
+    """One set per process, registered on the service's own registry."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.round_duration = Histogram(
+            "powertrip_round_duration_seconds",
+            "Round time (simulated or wall)",
+            ["clock"],
+            buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600),
+            registry=registry,
+        )
+        self.round = Gauge("powertrip_round", "Last finished round", registry=registry)
+        self.selected = Gauge(
+            "powertrip_selected_sites", "Sites selected this round", registry=registry
+        )
+        self.accuracy = Gauge("powertrip_global_accuracy", "Held-out accuracy", registry=registry)
+        self.sim_time = Gauge(
+            "powertrip_sim_time_seconds", "Run clock", ["clock"], registry=registry
+        )
+        self.round_part = Gauge(
+            "powertrip_round_part_seconds",
+            "Straggler's compute/comm and mean wait of the last round",
+            ["part"],
+            registry=registry,
+        )
+        self.transfer = Counter(
+            "powertrip_transfer_bytes",
+            "Model and delta bytes moved",
+            ["direction"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "powertrip_delta_rejected", "Deltas rejected, by reason", ["reason"], registry=registry
+        )
+        # Export the common reasons at 0 from the start, so dashboards and alerts see the
+        # series before the first rejection (a labelled counter has no samples until then).
+        for reason in EXPECTED_REJECT_REASONS:
+            self.rejected.labels(reason)
+        self.policy_fallbacks = Counter(
+            "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
+        )
+        self.profiler_fallbacks = Counter(
+            "powertrip_profiler_fallbacks",
+            "Rounds that reused the last profiles (profiler unreachable)",
+            registry=registry,
+        )
+        self.dependency_retries = Counter(
+            "powertrip_dependency_retries",
+            "Failed calls to the profiler or policy that were retried",
+            ["dependency"],
+            registry=registry,
+        )
+        self.site_failures = Counter(
+            "powertrip_site_failures",
+            "Selected sites that missed their round's deadline",
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "powertrip_auth_failures",
+            "Calls refused for a missing or wrong token, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.empty_rounds = Counter(
+            "powertrip_empty_rounds",
+            "Rounds redone because no selected site delivered a delta",
+            registry=registry,
+        )
+        self.dead_sites = Gauge(
+            "powertrip_dead_sites", "Sites currently marked dead", registry=registry
+        )
+
+    def show_round(self, row: RoundRow) -> None:
+        """A finished round's gauges and its duration sample."""
+        self.round.set(row.round)
+        self.selected.set(row.k)
+        self.accuracy.set(row.accuracy)
+        self.round_duration.labels(row.clock).observe(row.round_time_s)
+        self.sim_time.labels(row.clock).set(row.sim_time_s)
+        self.round_part.labels("compute").set(row.compute_s)
+        self.round_part.labels("comm").set(row.comm_s)
+        self.round_part.labels("wait").set(row.wait_s)

@@ -1,0 +1,155 @@
+"""What a finished round and a finished run report, built from their facts.
+
+A round gives one rounds.csv row, one decisions.jsonl entry and one history record for
+the policy; the run gives summary.json. Pure builders: the round loop gathers the facts,
+records.py writes the files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from powertrip.config import RunConfig
+from powertrip.timemodel import RoundTime
+from powertrip.v1 import common_pb2, policy_pb2
+from services.aggregator.records import RoundRow
+from services.aggregator.run_result import LoopResult
+from services.aggregator.state import RoundInProgress
+
+
+@dataclass
+class FinishedRound:
+    """One trained and evaluated round, on the run's clock."""
+
+    round_no: int
+    selection: policy_pb2.Selection
+    progress: RoundInProgress
+    steps: dict[str, int]  # each site's local steps, as asked
+    accuracy: float
+    loss: float
+    round_s: float  # the round's length on the run's clock
+    model_round_s: float  # the time model's length of it
+    timing: RoundTime  # the model's breakdown, or the measured one on the wall clock
+    predicted_s: float | None  # the policy's prediction; None on the wall clock
+    sim_time_s: float  # the run's clock after the round
+    model_bytes: int
+    dead_sites: set[str]
+
+    @property
+    def k(self) -> int:
+        return len(self.selection.site_ids)
+
+
+def round_row(run: RunConfig, done: FinishedRound) -> RoundRow:
+    selection, progress, timing = done.selection, done.progress, done.timing
+    contributed = progress.fedavg.contributors
+    return RoundRow(
+        round=done.round_no,
+        sim_time_s=done.sim_time_s,
+        round_time_s=done.round_s,
+        k=done.k,
+        sites=";".join(selection.site_ids),
+        accuracy=done.accuracy,
+        loss=done.loss,
+        compute_s=timing.compute_s,
+        comm_s=timing.comm_s,
+        wait_s=timing.wait_s,
+        aggregation_s=timing.aggregation_s,
+        predicted_round_time_s=done.predicted_s,
+        bytes_up=progress.bytes_up,
+        bytes_down=len(contributed) * done.model_bytes,
+        emulated_bytes=run.comm_directions * run.update_size_bytes * done.k,
+        straggler=timing.straggler,
+        mode=policy_pb2.SelectionMode.Name(selection.mode).split("_")[-1].lower(),
+        train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
+        clock=run.clock,
+        model_round_time_s=done.model_round_s if run.clock == "wall" else None,
+    )
+
+
+def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
+    """The round's decisions.jsonl entry (the recorder adds the round number)."""
+    selection, progress = done.selection, done.progress
+    decision = {
+        "policy": selection.policy,
+        "k": done.k,
+        "predicted_round_time_s": selection.predicted_round_time_s,
+        "actual_round_time_s": done.round_s,
+        "explanation": _json_or_text(selection.explanation),
+        "failed_sites": sorted(progress.failed),
+        "dead_sites": sorted(done.dead_sites),
+        "shadows": [
+            {"policy": s.policy, "k": s.k, "predicted_round_time_s": s.predicted_round_time_s}
+            for s in selection.shadows
+        ],
+    }
+    if run.work_model == "data-parallel":
+        # each site's share of W, as asked and as its worker reports having trained
+        decision["local_steps"] = done.steps
+        decision["trained_steps"] = {s: progress.steps[s] for s in sorted(progress.steps)}
+    if run.clock == "wall":
+        decision["model_round_time_s"] = done.model_round_s
+    return decision
+
+
+def history_record(done: FinishedRound) -> common_pb2.RoundRecord:
+    """The round as the policy sees it in later rounds' history."""
+    return common_pb2.RoundRecord(
+        round=done.round_no,
+        k=done.k,
+        accuracy=done.accuracy,
+        round_time_s=done.round_s,
+        predicted_round_time_s=done.selection.predicted_round_time_s,
+        sim_time_s=done.sim_time_s,
+        site_ids=done.selection.site_ids,
+    )
+
+
+def run_summary(
+    run: RunConfig, result: LoopResult, status: str, message: str, sites: list[dict]
+) -> dict:
+    """summary.json: the run's settings, outcome and site table."""
+    rounds_k = [r.k for r in result.history]
+    summary = {
+        "policy": run.policy,
+        "workload": run.workload,
+        "clock": run.clock,
+        "work_model": run.work_model,
+        "estimator": run.estimator,
+        "status": status,
+        "message": message,
+        "num_sites": run.num_sites,
+        "seed": run.seed,
+        "rounds": result.rounds,
+        "target_accuracy": run.target_accuracy,
+        "final_accuracy": result.accuracy,
+        "best_accuracy": result.best_accuracy,
+        "time_to_target_s": result.time_to_target_s,
+        "time_to_target_h": None
+        if result.time_to_target_s is None
+        else result.time_to_target_s / 3600,
+        "sim_time_s": result.sim_time_s,
+        "stopped_reason": result.stopped_reason,
+        "mean_k": float(np.mean(rounds_k)) if rounds_k else 0.0,
+        "update_size_gb": run.update_size_gb,
+        "sites": sites,
+    }
+    if run.clock == "simulated":
+        summary["clock_note"] = "simulated clock: real training and accuracy, time from the model"
+    else:
+        summary["clock_note"] = (
+            "wall clock: round times and their compute/comm/wait/aggregation breakdown "
+            "are measured; predicted_round_time_s is empty because the policy predicts "
+            "in the time model's seconds, which model_round_time_s records"
+        )
+    return summary
+
+
+def _json_or_text(text: str) -> object:
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {"text": text}

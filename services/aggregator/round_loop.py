@@ -1,0 +1,352 @@
+"""The round loop: ask the policy, dispatch, collect, FedAvg, evaluate, advance the clock.
+
+Runs in its own thread beside the gRPC handlers and talks to the profiler and the policy
+only through its ControlClient. Time comes from the model (paper §2-3) on the simulated
+clock (clock.py), or from real elapsed time on the wall clock. When to stop is decided in
+stopping.py alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from powertrip.fedavg import apply_delta
+from powertrip.sitecolumns import profile_at, row_of
+from powertrip.v1 import common_pb2, policy_pb2
+from powertrip.workloads import get_workload
+from services.aggregator.accumulator import RoundAccumulator
+from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
+from services.aggregator.clock import ModelRound, measured_time, simulated_time
+from services.aggregator.config import AggregatorConfig
+from services.aggregator.control_client import ControlClient
+from services.aggregator.errors import EmptyRound, RunFailed
+from services.aggregator.evaluator import Evaluator, initial_weights
+from services.aggregator.metrics import AggregatorMetrics
+from services.aggregator.records import RunRecorder
+from services.aggregator.report import (
+    FinishedRound,
+    decision_entry,
+    history_record,
+    round_row,
+    run_summary,
+)
+from services.aggregator.run_result import LoopResult
+from services.aggregator.state import AggregatorState, RoundInProgress
+from services.aggregator.stopping import (
+    MAX_ROUNDS,
+    TARGET_REACHED,
+    stop_before_round,
+    stop_reason,
+)
+from services.aggregator.tasks import round_tasks
+
+log = logging.getLogger("aggregator")
+#: consecutive empty rounds before the run gives up (each one marks its sites dead first)
+MAX_EMPTY_ROUNDS = 3
+
+
+@dataclass
+class TrainedRound:
+    """A round's new model and its evaluation, with the wall-clock seconds of each step."""
+
+    progress: RoundInProgress
+    weights: dict[str, np.ndarray]
+    accuracy: float
+    loss: float
+    collected_at: float  # time.monotonic() once every delta was in or the deadline passed
+    wall_train_s: float
+    wall_aggregation_s: float
+    wall_eval_s: float
+
+
+class RoundLoop:
+    def __init__(
+        self, config: AggregatorConfig, state: AggregatorState, metrics: AggregatorMetrics
+    ):
+        self.config = config
+        self.run = config.run
+        self.state = state
+        self.metrics = metrics
+        self.workload = get_workload(self.run.workload)
+        self.evaluator = Evaluator(self.workload, self.run)
+        self.control = ControlClient(self.run, metrics)
+        self.checkpoints = CheckpointStore(config.out_dir, self.run)
+        self.recorder: RunRecorder | None = None
+        self.result = LoopResult()
+        self.start_round = 1
+
+    # ---- set-up ------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Load held-out data and the initial model before any worker is served."""
+        self.evaluator.load()
+        initial = initial_weights(self.workload, self.run.seed)
+        resumed = self.checkpoints.load(initial) if self.config.resume else None
+        if resumed is None:
+            if self.config.resume:
+                log.warning(
+                    "--resume: no checkpoint in %s; starting from round 1", self.config.out_dir
+                )
+            self.recorder = RunRecorder(self.config.out_dir, clock=self.run.clock)
+            self.state.set_model(initial, version=0)
+        else:
+            self._resume(resumed)
+        self.run.write_yaml(self.config.out_dir / "config.yaml")
+
+    def _resume(self, resumed: Resumed) -> None:
+        """Continue from a checkpoint: same model bytes, same loop state, same files."""
+        self.result = resumed.result
+        self.start_round = resumed.round + 1
+        self.recorder = RunRecorder(
+            self.config.out_dir, keep_rounds=resumed.round, clock=self.run.clock
+        )
+        restore_site_ids(self.result, self.config.out_dir)
+        self.state.set_model(resumed.weights, version=resumed.model_version)
+        self.state.restore_dead(resumed.dead_sites)
+        self.control.restore(resumed.last_selection, resumed.last_profiles)
+        if self.result.history:
+            self.state.restore_status(self.result.history[-1], self.result.rounds)
+        log.info(
+            "resumed from the checkpoint of round %d (simulated time %.1fs)",
+            self.result.rounds,
+            self.result.sim_time_s,
+        )
+
+    def wait_for_sites(self) -> None:
+        deadline = time.monotonic() + self.config.register_timeout_s
+        if not self.state.wait_registered(self.run.num_sites, deadline):
+            raise RunFailed(
+                f"only {self.state.registered_count()} of {self.run.num_sites} sites registered "
+                f"within {self.config.register_timeout_s:.0f}s"
+            )
+
+    # ---- one round ---------------------------------------------------------------------
+    def dispatch(
+        self, round_no: int, selection: policy_pb2.Selection, steps: dict[str, int] | None = None
+    ) -> RoundInProgress:
+        """Hand each selected site its task (see tasks.py) and open the round for uploads."""
+        version = self.state.model_version
+        progress = RoundInProgress(
+            round=round_no,
+            model_version=version,
+            tasks=round_tasks(self.run, round_no, selection, version, steps or {}),
+            fedavg=RoundAccumulator(list(selection.site_ids), self.state.weights),
+        )
+        self.state.install_round(progress)
+        return progress
+
+    def collect(self, progress: RoundInProgress) -> None:
+        """Wait for every delta or the deadline; sites that miss it are skipped, not waited on."""
+        deadline = time.monotonic() + self.run.round_deadline_s
+        missing, dead_now = self.state.close_round(progress, deadline)
+        if missing:
+            log.warning(
+                "round %d: %d site(s) missed the deadline: %s",
+                progress.round,
+                len(missing),
+                ", ".join(missing[:5]),
+            )
+            progress.fedavg.skip(missing)
+            self.metrics.site_failures.inc(len(missing))
+        self.metrics.dead_sites.set(dead_now)
+        if not progress.received:
+            raise EmptyRound(f"round {progress.round}: no site returned a delta")
+
+    def run_round(self, round_no: int) -> bool:
+        """One synchronous round; returns True when the run should stop."""
+        wall_start = time.monotonic()
+        selection, profiles_by_id = self._select(round_no)
+        planned = simulated_time(self.run, selection, profiles_by_id)
+        reason = stop_before_round(
+            self.run.clock, self.result.sim_time_s, planned.round_s, self.run.max_sim_hours
+        )
+        if reason:
+            self.result.stopped_reason = reason
+            return True
+        trained = self._train(round_no, selection, planned.steps, wall_start)
+        wall_round_s = time.monotonic() - wall_start
+        done = self._advance(round_no, selection, planned, trained, wall_round_s)
+        self._record(done, (wall_round_s, trained.wall_train_s, trained.wall_eval_s))
+        stop = self._stop_after(done.accuracy)
+        if self.run.checkpoint:
+            self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
+        log.info(
+            "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
+            round_no,
+            done.k,
+            done.accuracy,
+            self.run.clock,
+            self.result.sim_time_s,
+            done.round_s,
+            wall_round_s,
+        )
+        return stop
+
+    def _select(
+        self, round_no: int
+    ) -> tuple[policy_pb2.Selection, Mapping[str, common_pb2.SiteProfile]]:
+        """The policy's selection on the current profiles, and the selected sites' profiles."""
+        profiles = self.state.hide_dead(self.control.profiles(self.result.sim_time_s))
+        selection = self.control.select(round_no, profiles, self.result.history)
+        if not selection.site_ids:
+            raise RunFailed(f"policy {self.run.policy} selected no site in round {round_no}")
+        rows = row_of(profiles)
+        return selection, {
+            site: profile_at(profiles, rows[site]) for site in selection.site_ids if site in rows
+        }
+
+    def _train(
+        self,
+        round_no: int,
+        selection: policy_pb2.Selection,
+        steps: dict[str, int],
+        wall_start: float,
+    ) -> TrainedRound:
+        """Dispatch, collect, average, evaluate, and install the new model."""
+        progress = self.dispatch(round_no, selection, steps)
+        self.collect(progress)
+        collected_at = time.monotonic()
+        new_weights = apply_delta(self.state.weights, progress.fedavg.result())
+        eval_start = time.monotonic()
+        accuracy, loss = self.evaluator.evaluate(new_weights)
+        wall_eval = time.monotonic() - eval_start
+        self.state.set_model(new_weights, version=progress.model_version + 1)
+        return TrainedRound(
+            progress=progress,
+            weights=new_weights,
+            accuracy=accuracy,
+            loss=loss,
+            collected_at=collected_at,
+            wall_train_s=collected_at - wall_start,
+            wall_aggregation_s=eval_start - collected_at,
+            wall_eval_s=wall_eval,
+        )
+
+    def _advance(
+        self,
+        round_no: int,
+        selection: policy_pb2.Selection,
+        planned: ModelRound,
+        trained: TrainedRound,
+        wall_round_s: float,
+    ) -> FinishedRound:
+        """Advance the run's clock and result by the round just trained."""
+        result = self.result
+        round_s = planned.round_s if self.run.clock == "simulated" else wall_round_s
+        timing, predicted = planned.timing, selection.predicted_round_time_s
+        if self.run.clock == "wall":
+            # the policy predicts in the time model's seconds: no prediction on this clock
+            progress, collected = trained.progress, trained.collected_at
+            timing = measured_time(progress, collected, trained.wall_aggregation_s, wall_round_s)
+            predicted = None
+        result.sim_time_s += round_s
+        result.rounds = round_no
+        result.accuracy = trained.accuracy
+        result.best_accuracy = max(result.best_accuracy, trained.accuracy)
+        return FinishedRound(
+            round_no=round_no,
+            selection=selection,
+            progress=trained.progress,
+            steps=planned.steps,
+            accuracy=trained.accuracy,
+            loss=trained.loss,
+            round_s=round_s,
+            model_round_s=planned.round_s,
+            timing=timing,
+            predicted_s=predicted,
+            sim_time_s=result.sim_time_s,
+            model_bytes=self.state.model_bytes,
+            dead_sites=self.state.dead_sites(),
+        )
+
+    def _record(self, done: FinishedRound, wall: tuple[float, float, float]) -> None:
+        """Write the round's row and decision, add it to the history, publish it."""
+        row = round_row(self.run, done)
+        self.recorder.add_round(row, decision_entry(self.run, done), wall)
+        self.result.history.append(history_record(done))
+        self.metrics.show_round(row)
+        self.state.publish_round(self.result.history[-1])
+
+    def _stop_after(self, accuracy: float) -> bool:
+        result = self.result
+        reason = stop_reason(
+            accuracy,
+            self.run.target_accuracy,
+            result.time_to_target_s is not None,
+            result.sim_time_s,
+            self.run.max_sim_hours,
+        )
+        if reason == TARGET_REACHED:
+            result.time_to_target_s = result.sim_time_s
+        if reason:
+            result.stopped_reason = reason
+        return reason is not None
+
+    def save_checkpoint(
+        self, round_no: int, weights: dict[str, np.ndarray], model_version: int
+    ) -> None:
+        """Model plus every piece of loop state the following rounds depend on."""
+        self.checkpoints.save(
+            round_no,
+            weights,
+            model_version,
+            self.result,
+            self.state.dead_sites(),
+            self.control.last_selection,
+            self.control.last_profiles,
+        )
+
+    # ---- the whole run -----------------------------------------------------------------
+    def execute(self) -> LoopResult:
+        """Run to the target, the round limit or the time budget; always write a summary."""
+        status, message = "done", ""
+        config = self.config
+        with self.control.connected(config.profiler, config.policy, config.credentials):
+            try:
+                self.wait_for_sites()
+                self.state.start_running(self.run.max_rounds)
+                if not self.result.stopped_reason:  # a resumed run may already be over
+                    self.run_rounds(self.start_round)
+            except (RunFailed, ValueError) as exc:
+                status, message = "failed", str(exc)
+                self.result.stopped_reason = "failed"
+                log.error("run failed: %s", exc)
+            finally:
+                self.write_summary(status, message)
+                self.state.finish(status, message)
+        return self.result
+
+    def run_rounds(self, first: int) -> None:
+        """Rounds `first`..max_rounds. A round in which no site delivered is redone (its
+        sites are now marked dead, so the policy picks others); the run fails only after
+        MAX_EMPTY_ROUNDS of them in a row."""
+        round_no, empty = first, 0
+        while round_no <= self.run.max_rounds:
+            try:
+                stop = self.run_round(round_no)
+            except EmptyRound as exc:
+                empty += 1
+                self.metrics.empty_rounds.inc()
+                if empty >= MAX_EMPTY_ROUNDS:
+                    raise RunFailed(f"{exc} ({empty} times in a row)") from None
+                log.error("%s; redoing the round without the dead sites", exc)
+                # every site may be dead now: give a slow worker one deadline to poll again
+                if not self.state.wait_any_alive(self.run.round_deadline_s):
+                    raise RunFailed(f"{exc}, and no site came back within the deadline") from None
+                continue
+            empty = 0
+            if stop:
+                return
+            round_no += 1
+        self.result.stopped_reason = MAX_ROUNDS
+
+    def write_summary(self, status: str, message: str) -> None:
+        sites = self.control.site_table()
+        self.recorder.write_summary(run_summary(self.run, self.result, status, message, sites))
+
+
+__all__ = ["MAX_EMPTY_ROUNDS", "RoundLoop"]

@@ -1,0 +1,40 @@
+"""When a run stops: the one place that decides it.
+
+The aggregator alone owns the stop decision; the policy's Selection.stop is not read. A
+run stops when a round reaches the target accuracy, when the time budget is spent (on the
+simulated clock, already when the next round would overrun it) or after max_rounds.
+Pure functions, so the rule is testable without a run.
+"""
+
+from __future__ import annotations
+
+TARGET_REACHED = "target_reached"
+TIME_BUDGET = "time_budget"
+MAX_ROUNDS = "max_rounds"
+
+
+def stop_before_round(
+    clock: str, sim_time_s: float, round_s: float, max_sim_hours: float | None
+) -> str | None:
+    """On the simulated clock a round's length is known before it runs: do not train a
+    round that would end after the time budget."""
+    if clock == "simulated" and max_sim_hours:
+        if sim_time_s + round_s > max_sim_hours * 3600:
+            return TIME_BUDGET
+    return None
+
+
+def stop_reason(
+    accuracy: float,
+    target_accuracy: float,
+    target_reached_before: bool,
+    sim_time_s: float,
+    max_sim_hours: float | None,
+) -> str | None:
+    """Why the run stops after a round that ends at `sim_time_s` with `accuracy`, or None.
+    The round limit is the loop's own bound (MAX_ROUNDS), checked before the next round."""
+    if accuracy >= target_accuracy and not target_reached_before:
+        return TARGET_REACHED
+    if max_sim_hours and sim_time_s >= max_sim_hours * 3600:
+        return TIME_BUDGET
+    return None
