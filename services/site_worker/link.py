@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from powertrip import linkshaping as shaping
 from powertrip.linkprobe import ProbeError, ProbeProcess
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
@@ -48,8 +49,6 @@ class LinkSetup:
 
     def close(self, state_dir=None) -> None:
         """Stop the probe and remove the shaping (the relay with it)."""
-        from tc import shaping
-
         if self.probe:
             self.probe.close()
         try:
@@ -104,8 +103,6 @@ def setup_link(
     measure: bool = True,
 ) -> LinkSetup:
     """Claim a site, shape this host's link to its profile, have the profiler measure it."""
-    from tc import shaping  # stdlib + iproute2 only; imported here so tests need no tc
-
     channel = open_channel(profiler)
     stub = profiler_pb2_grpc.ProfilerStub(channel)
     try:

@@ -11,7 +11,7 @@ All traffic stays inside these two namespaces.  Needs root and ``ip netns``.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -25,6 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TC = REPO / "tc"
+LINKSHAPING = REPO / "powertrip" / "linkshaping"
 PY = sys.executable
 SITE_IP, AGG_IP = "10.231.0.1", "10.231.0.2"
 SINK_PORT, ECHO_PORT = 5001, 5002
@@ -313,13 +314,7 @@ def site(net):
 
 
 def _shaping_module():
-    name = "pt_tc_shaping_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TC / "shaping.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look the module up while the class is built
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+    return importlib.import_module("powertrip.linkshaping")
 
 
 def _within(measured: float, target: float, tol: float = RATE_TOL) -> bool:
@@ -435,7 +430,7 @@ def test_relay_exits_cleanly_on_sigterm(site):
             "exec",
             site.site,
             PY,
-            str(TC / "delay_relay.py"),
+            str(LINKSHAPING / "delay_relay.py"),
             "--listen",
             "127.0.0.1:7003",
             "--target",
@@ -671,7 +666,8 @@ exec REAL_TC "${args[@]}"
 
 def _api_in_site(site, code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     prog = (
-        f"import sys; sys.path.insert(0, {str(TC)!r}); import shaping\n"
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from powertrip import linkshaping as shaping\n"
         f"IFACE, STATE = {site.veth_site!r}, {str(site.state_dir)!r}\n" + code
     )
     full_env = dict(os.environ, **(env or {}))
@@ -692,7 +688,7 @@ def test_auto_falls_back_to_htb_when_kernel_refuses_netem(site):
     proc = _api_in_site(
         site,
         (
-            "shaping._NETEM_CACHE = (True, 'detection fooled on purpose')\n"
+            "shaping.detect._NETEM_CACHE = (True, 'detection fooled on purpose')\n"
             "print(shaping.apply(IFACE, 20, 100, 'auto', '127.0.0.1:7006', "
             f"'{AGG_IP}:{ECHO_PORT}', STATE))\n"
         ),
@@ -716,7 +712,7 @@ def test_netem_mode_plumbing_with_ifb_and_clear(site):
     proc = _api_in_site(
         site,
         (
-            "shaping._NETEM_CACHE = (True, 'pretend')\n"
+            "shaping.detect._NETEM_CACHE = (True, 'pretend')\n"
             "print(shaping.apply(IFACE, 20, 100, 'auto', state_dir=STATE))\n"
         ),
         env,
@@ -757,7 +753,7 @@ def test_netem_mode_without_ifb_puts_the_whole_rtt_on_egress(site):
     proc = _api_in_site(
         site,
         (
-            "shaping._NETEM_CACHE = (True, 'pretend')\n"
+            "shaping.detect._NETEM_CACHE = (True, 'pretend')\n"
             "print(shaping.apply(IFACE, 20, 100, 'netem', state_dir=STATE))\n"
         ),
         env,
@@ -776,7 +772,7 @@ def test_netem_mode_without_ifb_puts_the_whole_rtt_on_egress(site):
 @pytest.mark.skipif(shutil.which("tc") is None, reason="needs the 'tc' command (iproute2)")
 def test_netem_plan_delays_both_directions(monkeypatch):
     shaping = _shaping_module()
-    monkeypatch.setattr(shaping, "_NETEM_CACHE", (True, "pretend"))
+    monkeypatch.setattr(shaping.detect, "_NETEM_CACHE", (True, "pretend"))
     p = shaping.plan("lo", 40, 100, "auto")
     cmds = [" ".join(c[1:]) for c in p.commands]
     assert p.mode == "netem"
@@ -787,7 +783,7 @@ def test_netem_plan_delays_both_directions(monkeypatch):
         assert any("mirred egress redirect dev " + p.ifb in c for c in cmds), cmds
     assert "mode netem" in p.description and "RTT +80 ms" in p.description
 
-    monkeypatch.setattr(shaping, "_NETEM_CACHE", (False, "pretend"))
+    monkeypatch.setattr(shaping.detect, "_NETEM_CACHE", (False, "pretend"))
     p = shaping.plan("lo", 40, 100, "auto", "127.0.0.1:7000", "10.0.0.1:50051")
     assert p.mode == "htb" and p.relay_delay_ms == 40
     assert not any("netem" in c for c in p.commands)

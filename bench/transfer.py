@@ -1,0 +1,225 @@
+"""transfer_MBps: a model down and a delta up through the real aggregator vs raw TCP.
+
+The service path is the site worker's own download/upload code against a real aggregator
+(and its profiler and policy) on loopback; the reference is a plain socket moving the same
+bytes.  bare_grpc_MBps (no target) moves them through gRPC alone, Python gRPC's ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import WORKLOAD, femnist_sites, median_ratio
+
+
+def raw_tcp_MBps(payload: bytes) -> float:
+    """A plain socket on loopback sending the same bytes: the wire's reference."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+
+    def sink():
+        conn, _ = server.accept()
+        buf = bytearray(1 << 20)
+        while conn.recv_into(buf):
+            pass
+        conn.close()
+
+    thread = threading.Thread(target=sink)
+    thread.start()
+    client = socket.create_connection(("127.0.0.1", port))
+    start = time.perf_counter()
+    client.sendall(payload)
+    client.shutdown(socket.SHUT_WR)
+    thread.join()
+    elapsed = time.perf_counter() - start
+    client.close()
+    server.close()
+    return len(payload) / elapsed / 1e6
+
+
+def _bare_grpc_server(ports, stop) -> None:
+    """BareGrpc's server process: 1 MiB `bytes` messages, a generic handler, no protobuf."""
+    from concurrent import futures
+
+    import grpc
+
+    chunk = bytes(1 << 20)
+
+    def upload(messages, _context):
+        return sum(len(m) for m in messages).to_bytes(8, "little")
+
+    def download(request, _context):
+        total = int.from_bytes(request, "little")
+        for offset in range(0, total, len(chunk)):
+            yield chunk[: min(len(chunk), total - offset)]
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bytes",
+        {
+            "Up": grpc.stream_unary_rpc_method_handler(upload),
+            "Down": grpc.unary_stream_rpc_method_handler(download),
+        },
+    )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 8 << 20)]
+    )
+    server.add_generic_rpc_handlers((handler,))
+    ports.put(server.add_insecure_port("127.0.0.1:0"))
+    server.start()
+    stop.wait()
+    server.stop(0)
+
+
+class BareGrpc:
+    """gRPC itself, without PowerTrip: 1 MiB `bytes` messages streamed down and then up
+    between two processes through a generic handler; no protobuf, no checksum, no
+    aggregation. Not a target's reference: it shows how much of raw TCP Python gRPC
+    leaves for the service path."""
+
+    def __enter__(self) -> BareGrpc:
+        import multiprocessing
+
+        import grpc
+
+        context = multiprocessing.get_context("spawn")  # no fork after gRPC has started
+        ports, self.stop = context.Queue(), context.Event()
+        self.process = context.Process(target=_bare_grpc_server, args=(ports, self.stop))
+        self.process.start()
+        port = ports.get(timeout=60)
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 8 << 20)]
+        )
+        self.up = self.channel.stream_unary("/bench.Bytes/Up")
+        self.down = self.channel.unary_stream("/bench.Bytes/Down")
+        return self
+
+    def MBps(self, payload: bytes) -> float:
+        """Half the payload down, the other half up, as the service path moves a model down
+        and a delta up."""
+        half = len(payload) // 2
+        start = time.perf_counter()
+        received = sum(len(m) for m in self.down(half.to_bytes(8, "little")))
+        self.up(payload[o : o + (1 << 20)] for o in range(half, len(payload), 1 << 20))
+        return (received + len(payload) - half) / (time.perf_counter() - start) / 1e6
+
+    def __exit__(self, *exc) -> None:
+        self.channel.close()
+        self.stop.set()
+        self.process.join(timeout=10)
+
+
+class TransferBench:
+    """A real aggregator (and its profiler and policy) on loopback, one site; the bench is
+    the site worker, using the worker's own download/upload code. Each round: download the
+    26 MB model, upload a 26 MB delta (zeros, so the model stays put)."""
+
+    def __init__(self, work: Path):
+        self.work = work
+
+    def __enter__(self) -> TransferBench:
+        import torch
+
+        from powertrip.config import RunConfig
+        from powertrip.experiments.launcher import Deployment, start_service
+        from powertrip.heap import keep_buffers_on_heap
+        from powertrip.rpc.channels import open_channel
+        from powertrip.training import LocalResult
+        from powertrip.v1 import aggregator_pb2_grpc
+        from services.site_worker.config import WorkerConfig
+        from services.site_worker.worker import SiteWorker
+
+        config = RunConfig(
+            workload=WORKLOAD, num_sites=1, policy="all", max_rounds=1000,
+            target_accuracy=1.0, eval_samples=20, checkpoint=False, shadow=False,
+        ).resolved(femnist_sites()[0].defaults)  # fmt: skip
+        # this process plays the site worker, whose set-up does the same (and the references
+        # measured next to it run under it too)
+        keep_buffers_on_heap()
+        config_path = self.work / "transfer.yaml"
+        config.write_yaml(config_path)
+        self.deployment = Deployment(config_path, self.work / "logs").__enter__()
+        self.aggregator = start_service(
+            "aggregator",
+            [
+                "--config", str(config_path), "--out", str(self.work / "transfer-run"),
+                "--profiler", self.deployment.profiler.target,
+                "--policy", self.deployment.policy.target,
+            ],
+            self.work / "logs", timeout_s=120,
+        )  # fmt: skip
+        self.channel = open_channel(self.aggregator.target).__enter__()
+        self.stub = aggregator_pb2_grpc.AggregatorStub(self.channel)
+        self.worker = SiteWorker(
+            WorkerConfig(aggregator=self.aggregator.target, worker_id="bench", site_count=1)
+        )
+        reply = self.worker.register(self.stub)
+        self.session = reply.session_token
+        template = {k: torch.zeros_like(v) for k, v in self.model_state().items()}
+        self.result = LocalResult(delta=template, num_samples=10, mean_loss=0.0, steps=1)
+        return self
+
+    @staticmethod
+    def model_state():
+        import torch
+
+        torch.manual_seed(0)
+        return femnist_sites()[0].build_model().state_dict()
+
+    def next_task(self):
+        from powertrip.v1 import aggregator_pb2
+
+        while True:
+            polled = self.stub.NextTask(
+                aggregator_pb2.NextTaskRequest(
+                    worker_id="bench", wait_s=10, session_token=self.session
+                ),
+                timeout=30,
+            )
+            if polled.tasks:
+                return polled.tasks[0]
+
+    def once(self) -> tuple[int, float]:
+        """(bytes moved, seconds) for one download + one upload."""
+        task = self.next_task()
+        start = time.perf_counter()
+        weights = self.worker.download(self.stub, self.session, task.model_version)
+        self.worker.upload(self.stub, self.session, task, self.result, 0.0)
+        elapsed = time.perf_counter() - start
+        nbytes = 2 * sum(a.nbytes for a in weights.values())
+        return nbytes, elapsed
+
+    def __exit__(self, *exc) -> None:
+        self.channel.__exit__(None, None, None)
+        self.aggregator.stop()
+        self.deployment.close()
+
+
+def measure(args: argparse.Namespace, work: Path, results: dict) -> dict:
+    """Service path, raw TCP and bare gRPC interleaved, after one warm-up round."""
+    out: dict = {}
+    print("transfer: service path vs raw TCP ...", flush=True)
+    service, raw, bare = [], [], []
+    with TransferBench(work) as bench, BareGrpc() as bare_grpc:
+        bench.once()  # warm-up
+        for _ in range(max(3, args.repeat * 2)):
+            nbytes, seconds = bench.once()
+            service.append(nbytes / seconds / 1e6)
+            payload = np.random.default_rng(0).bytes(nbytes)
+            raw.append(raw_tcp_MBps(payload))
+            bare.append(bare_grpc.MBps(payload))
+    out["transfer_bytes"] = nbytes
+    out["transfer_MBps"] = statistics.median(service)
+    out["raw_tcp_MBps"] = statistics.median(raw)
+    out["transfer_vs_tcp"] = median_ratio(service, raw)
+    out["bare_grpc_MBps"] = statistics.median(bare)
+    out["bare_grpc_vs_tcp"] = median_ratio(bare, raw)
+    return out
