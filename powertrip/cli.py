@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 
 from powertrip import policyparams
-from powertrip.config import ConfigError, RunConfig
+from powertrip.config import PARAM_PREFIX, ConfigError, RunConfig, parse_setting
 from powertrip.workloads import REGISTRY
 
 WORKLOADS = ", ".join(sorted(REGISTRY))
@@ -58,8 +60,22 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--site-batch", type=int, help="sites per vmap call (default 1)")
     parser.add_argument("--data-dir", help="data directory for the workload")
+    _add_set_option(parser)
     parser.add_argument("--out", default=None, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="settings",
+        metavar="KEY=VALUE",
+        help="any run-configuration setting, read and checked as in the YAML file, e.g. "
+        "--set lr=0.01 --set work_model=data-parallel or --set policy_params.k=20 "
+        "(repeatable; wins over the YAML and the other flags)",
+    )
 
 
 def _add_time_budget_option(parser: argparse.ArgumentParser) -> None:
@@ -78,10 +94,13 @@ def _add_time_budget_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from powertrip.experiments.commands import DEFAULT_COMPARISON
+
     parser = argparse.ArgumentParser(
         prog="powertrip",
-        description="PowerTrip: choose which and how many geo-distributed sites train each round.",
+        description="PowerTrip: choose which and how many geo-distributed sites train each round",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run one experiment (starts all services locally)")
@@ -100,10 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="policy parameter, e.g. --param k=20 or --param gain=separable (repeatable)",
     )
 
-    compare = sub.add_parser("compare", help="run several policies on identical sites and seed")
+    compare = sub.add_parser(
+        "compare",
+        help="run several policies on identical sites and seed",
+        description="Run several policies on identical sites and seed. A policy whose run in "
+        "--out already finished with the same settings is reused, an interrupted one resumed "
+        "from its checkpoint, and one with other settings run again.",
+    )
     _add_run_options(compare)
     compare.add_argument(
-        "--policies", help="comma-separated policy names (default: the paper's set)"
+        "--policies",
+        help=f"comma-separated policy names (default {','.join(DEFAULT_COMPARISON)})",
     )
     _add_time_budget_option(compare)
     compare.add_argument(
@@ -114,20 +140,25 @@ def build_parser() -> argparse.ArgumentParser:
         "time-to-target so far (default 3; 0 = no cut-off)",
     )
 
-    sweep = sub.add_parser("sweep", help="static-k sweep (paper Fig. 8): finds k*")
+    sweep = sub.add_parser(
+        "sweep",
+        help="static-k sweep (paper Fig. 8): finds k*",
+        description="Static-k sweep (paper Fig. 8): finds k*. Finished runs in --out with the "
+        "same settings are reused and interrupted ones resumed, as in compare.",
+    )
     _add_run_options(sweep)
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
     _add_time_budget_option(sweep)
 
     from powertrip.experiments import reproduce as _reproduce
 
-    _reproduce.add_arguments(
-        sub.add_parser(
-            "reproduce",
-            help="the paper's evaluation (Figs. 8-14) over several seeds, resumable, with "
-            "claims tables",
-        )
+    reproduce = sub.add_parser(
+        "reproduce",
+        help="the paper's evaluation (Figs. 8-14) over several seeds, resumable, with "
+        "claims tables",
     )
+    _reproduce.add_arguments(reproduce)
+    _add_set_option(reproduce)
 
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")
@@ -197,7 +228,19 @@ def load_config(args: argparse.Namespace) -> RunConfig:
             config.policy_params[name.strip()] = policyparams.encode(name.strip(), value)
         except ValueError as exc:
             raise ConfigError(f"--param {exc}") from None
+    # --set last: YAML < flags < --set, each value through the YAML file's checks
+    config = config.with_settings(getattr(args, "settings", None) or [])
     return config.validate()
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own."""
+    try:
+        return importlib.metadata.version("powertrip")
+    except importlib.metadata.PackageNotFoundError:
+        import powertrip
+
+        return getattr(powertrip, "__version__", "unknown")
 
 
 def explicit_settings(args: argparse.Namespace) -> frozenset[str]:
@@ -207,6 +250,9 @@ def explicit_settings(args: argparse.Namespace) -> frozenset[str]:
     chosen = {name for name in _FLAG_FIELDS if getattr(args, name, None) is not None}
     if getattr(args, "time_budget_h", None) is not None:
         chosen.add("max_sim_hours")
+    for item in getattr(args, "settings", None) or []:
+        key = parse_setting(item)[0]
+        chosen.add("policy_params" if key.startswith(PARAM_PREFIX) else key)
     if getattr(args, "config", None):
         try:
             data = yaml.safe_load(Path(args.config).read_text()) or {}
@@ -225,7 +271,7 @@ def _resume_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--resume {out}: no run-config.yaml there (not a run directory?)")
     ignored = {"resume", "quiet", "command", "param", "out"}
     given = [
-        f"--{k.replace('_', '-')}"
+        "--set" if k == "settings" else f"--{k.replace('_', '-')}"
         for k, v in vars(args).items()
         if k not in ignored and v not in (None, [], False)
     ]
@@ -276,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args)
         args.explicit_settings = explicit_settings(args)
         config = _resolve_workload(config)
+        # every value checked before a directory is made or a service started
+        commands.preflight(config, args)
         if args.command == "run":
             return commands.run(config, args)
         if args.command == "compare":
@@ -303,13 +351,49 @@ def _reproduce_main(args: argparse.Namespace) -> int:
     from powertrip.workloads import DataError, UnknownWorkload
 
     try:
-        return reproduce.main(args)
+        with tempfile.TemporaryDirectory(prefix="powertrip-reproduce-") as tmp:
+            if args.settings:
+                args.config = str(_reproduce_config(args, Path(tmp) / "reproduce-config.yaml"))
+            return reproduce.main(args)
     except (ConfigError, reproduce.ReproduceError, UnknownWorkload, DataError, ReportError) as exc:
         print(f"powertrip reproduce: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("powertrip reproduce: interrupted; finished runs are kept", file=sys.stderr)
         return 130
+
+
+def _reproduce_config(args: argparse.Namespace, path: Path) -> Path:
+    """`reproduce --set`: the base configuration file with the --set values written into it
+    (reproduce reads its base from a file, then applies its own flags). A --set of a setting
+    that one of reproduce's flags then replaces is refused rather than silently lost."""
+    from powertrip.experiments import reproduce
+    from powertrip.experiments.suite import WORKLOAD_FIELDS
+
+    source = Path(args.config) if args.config else reproduce.DEFAULT_CONFIG
+    config = RunConfig.from_yaml(source).with_settings(args.settings).validate()
+    later = {
+        "workload": args.workload and "--workload",
+        "num_sites": args.sites and "--sites",
+        "workers": args.workers and "--workers",
+        "data_dir": args.data_dir and "--data-dir",
+    }
+    if args.workload and args.workload != "femnist":
+        later.update(dict.fromkeys(WORKLOAD_FIELDS, "--workload"))
+    if args.quick:
+        later.update(dict.fromkeys(reproduce.QUICK_OVERRIDES, "--quick"))
+    data = yaml.safe_load(source.read_text()) or {}
+    for item in args.settings:
+        key = parse_setting(item)[0]
+        key = "policy_params" if key.startswith(PARAM_PREFIX) else key
+        if later.get(key):
+            raise ConfigError(
+                f"--set {item}: reproduce's {later[key]} sets {key} after the configuration; "
+                f"give {key} one way"
+            )
+        data[key] = getattr(config, key)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 if __name__ == "__main__":

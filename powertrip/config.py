@@ -4,6 +4,7 @@ messages that name the field and the allowed values, and written back fully reso
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,16 @@ TRAINERS = ("loop", "vmap")  # powertrip.batched.TRAINERS
 #: within 1,000 miles); a run uses PopulationSpec's defaults
 CALIBRATION_RADIUS_MILES = PopulationSpec.radius_miles
 CALIBRATION_SHARE = PopulationSpec.radius_share
+#: settings with a fixed set of values: checked as they are read (YAML, flags, --set), so the
+#: message names the source, and again by validate() for configs built in code
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "clock": CLOCKS,
+    "work_model": WORK_MODELS,
+    "estimator": ESTIMATORS,
+    "power": POWER_MODES,
+    "trainer": TRAINERS,
+    "distance_distribution": DISTANCE_DISTRIBUTIONS,
+}
 
 
 class ConfigError(ValueError):
@@ -88,20 +99,7 @@ class RunConfig:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "config") -> RunConfig:
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"{source}: expected a mapping of settings, got {type(data).__name__}"
-            )
-        unknown = sorted(set(data) - set(cls.field_names()))
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys: "
-                f"{', '.join(cls.field_names())}"
-            )
-        config = cls()
-        for key, value in data.items():
-            setattr(config, key, _coerce(key, value, source))
-        return config
+        return cls().with_values(data, source)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -116,11 +114,41 @@ class RunConfig:
             raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
         return cls.from_mapping(data, source=str(path))
 
+    def with_values(self, data: Any, source: str = "config") -> RunConfig:
+        """A copy with `data`'s settings, each checked and coerced as a YAML file's are (the
+        one path every source takes: YAML, flags, --set); unknown keys name the allowed
+        ones."""
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{source}: expected a mapping of settings, got {type(data).__name__}"
+            )
+        unknown = sorted(str(k) for k in set(data) - set(self.field_names()))
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys: "
+                f"{', '.join(self.field_names())}"
+            )
+        config = dataclasses.replace(self, policy_params=dict(self.policy_params))
+        for key, value in data.items():
+            setattr(config, key, _coerce(key, value, source))
+        return config
+
     def with_overrides(self, **overrides: Any) -> RunConfig:
-        config = dataclasses.replace(self)
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(config, key, _coerce(key, value, "command line"))
+        """A copy with the given settings; None leaves a setting as it is (an absent flag)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return self.with_values(given, "command line")
+
+    def with_settings(self, items: Iterable[str]) -> RunConfig:
+        """A copy with `--set KEY=VALUE` items applied in order (see parse_setting)."""
+        config = self
+        for item in items:
+            key, value = parse_setting(item)
+            source = f"--set {item}"
+            if key.startswith(PARAM_PREFIX):
+                name = key[len(PARAM_PREFIX) :]
+                value = {**config.policy_params, name: value}
+                key = "policy_params"
+            config = config.with_values({key: value}, source)
         return config
 
     # ---- validation --------------------------------------------------------------------
@@ -315,9 +343,15 @@ def _coerce(key: str, value: Any, source: str) -> Any:
                 return False
             raise TypeError
         if base == "str":
-            if not isinstance(value, str | int | float):
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise TypeError
-            return str(value)
+            value = str(value)
+            choices = FIELD_CHOICES.get(key)
+            if choices is not None and value not in choices:
+                raise ConfigError(
+                    f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}"
+                )
+            return value
         if base.startswith("dict"):
             if not isinstance(value, dict):
                 raise TypeError
@@ -326,6 +360,42 @@ def _coerce(key: str, value: Any, source: str) -> Any:
                 return {str(k): policyparams.encode(str(k), v) for k, v in value.items()}
             except ValueError as exc:
                 raise ConfigError(f"{source}: {key}.{exc}") from None
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         raise ConfigError(f"{source}: {key} must be of type {base}, got {value!r}") from None
     return value
+
+
+#: `--set policy_params.NAME=VALUE` sets one policy parameter (like `--param NAME=VALUE`)
+PARAM_PREFIX = "policy_params."
+
+
+def parse_setting(item: str) -> tuple[str, Any]:
+    """`KEY=VALUE` of `--set` -> (key, value), the value read as YAML reads it (`lr=0.01`,
+    `shadow=false`, `target_accuracy=null`, `policy_params={k: 20}`), except that a text
+    setting keeps the text as given (`data_dir=2024`). The value is checked by the caller,
+    through the same coercion as a YAML file's."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set lr=0.01")
+    if key.startswith(PARAM_PREFIX):
+        name = key[len(PARAM_PREFIX) :]
+        if not name:
+            raise ConfigError(f"--set {item}: expected policy_params.NAME=VALUE")
+        try:
+            return key, policyparams.encode(name, text)
+        except ValueError as exc:
+            raise ConfigError(f"--set {item}: policy_params.{exc}") from None
+    if key not in _TYPES:
+        raise ConfigError(
+            f"--set {item}: unknown key {key}; allowed keys: {', '.join(RunConfig.field_names())}"
+        )
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    if value is not None and _TYPES[key].replace(" | None", "") == "str":
+        value = text.strip()
+    return key, value

@@ -28,12 +28,31 @@ class ServiceSpec:
     description: str
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help in the CLI's style: an option's default as "(default X)" after its help, left
+    out where it says nothing (None, False, empty) or the help already gives it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = (action.help or "").replace("(default: %(default)s)", "(default %(default)s)")
+        default = action.default
+        silent = (
+            default is None
+            or default is False
+            or default == ""
+            or default == []
+            or (default is argparse.SUPPRESS)
+        )
+        if silent or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default %(default)s)"
+
+
 def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
     env = f"POWERTRIP_{spec.name.upper()}"
     parser = argparse.ArgumentParser(
         prog=f"python -m services.{spec.name}",
         description=spec.description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--port",
@@ -42,7 +61,9 @@ def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
         help=f"gRPC port (env {env}_PORT; 0 = any free port)",
     )
     parser.add_argument(
-        "--host", default=os.environ.get(f"{env}_HOST", "[::]"), help="bind address"
+        "--host",
+        default=os.environ.get(f"{env}_HOST", "[::]"),
+        help=f"bind address (env {env}_HOST)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -55,7 +76,11 @@ def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
         default=os.environ.get("POWERTRIP_CONFIG"),
         help="run configuration YAML (env POWERTRIP_CONFIG)",
     )
-    parser.add_argument("--log-level", default=os.environ.get("POWERTRIP_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("POWERTRIP_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env POWERTRIP_LOG_LEVEL)",
+    )
     parser.add_argument("--grace-s", type=float, default=5.0, help="drain time on SIGTERM")
     add_tls_flags(parser)
     return parser

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
+import shutil
 import time
 from collections.abc import Collection
 from pathlib import Path
 
-from powertrip.config import RunConfig
+import yaml
+
+from powertrip.config import ConfigError, RunConfig
 from powertrip.experiments.launcher import Deployment
 from powertrip.experiments.runner import UNBOUNDED_ROUNDS, RunOutcome, policy_names, run_once
 
@@ -36,6 +41,20 @@ class UnknownPolicy(ValueError):
     pass
 
 
+#: settings a finished run may have had otherwise and still be reused by compare and sweep:
+#: how the work was spread over processes and threads (results are bit-identical whatever
+#: they are), where the data was read from, and how long a round may take in wall time
+#: (the same list as reproduce's resumability, powertrip.experiments.plan, except
+#: max_sim_hours: here it is a policy's time budget, part of its result)
+REUSABLE_CHANGES = (
+    "workers",
+    "threads_per_worker",
+    "train_threads",
+    "data_dir",
+    "round_deadline_s",
+)
+
+
 def _out_dir(args: argparse.Namespace, default: str) -> Path:
     return Path(args.out or default)
 
@@ -47,6 +66,107 @@ def _check_policies(deployment: Deployment, wanted: list[str]) -> None:
         raise UnknownPolicy(
             f"unknown policy {', '.join(unknown)}; valid policies: {', '.join(valid)}"
         )
+
+
+# ---- checks before anything is created or started ---------------------------------------
+def compare_policies(args: argparse.Namespace) -> list[str]:
+    """The policies `compare` runs, in order (--policies or the paper's set)."""
+    text = args.policies if args.policies is not None else ",".join(DEFAULT_COMPARISON)
+    policies = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not policies:
+        raise UnknownPolicy(f"--policies: no policy named in {text!r}; see `powertrip policies`")
+    return policies
+
+
+def sweep_ks(args: argparse.Namespace, config: RunConfig) -> list[int]:
+    """`sweep --k` as integers, each a possible site count."""
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        raise UnknownPolicy(f"--k must be comma-separated integers, got {args.k!r}") from None
+    bad = [k for k in ks if not 1 <= k <= config.num_sites]
+    if bad or not ks:
+        raise UnknownPolicy(
+            f"--k values must be in 1..{config.num_sites} (the site count), got {bad or args.k!r}"
+        )
+    return ks
+
+
+def check_policy_names(names: Collection[str], params: Collection[str] = ()) -> None:
+    """Every policy exists and takes every parameter given, by the policy service's own
+    registry (read here, before the service starts)."""
+    from services.policy.policies import REGISTRY
+    from services.policy.selection import SERVICE_PARAMS
+
+    unknown = [name for name in names if name not in REGISTRY]
+    if unknown:
+        raise UnknownPolicy(
+            f"unknown policy {', '.join(unknown)}; valid policies: {', '.join(REGISTRY)}"
+        )
+    for name in names:
+        allowed = {*REGISTRY[name].default_params, *SERVICE_PARAMS}
+        extra = sorted(set(params) - allowed)
+        if extra:
+            raise UnknownPolicy(
+                f"policy {name!r}: unknown parameter(s) {', '.join(extra)}; allowed: "
+                f"{', '.join(sorted(allowed))}"
+            )
+
+
+def check_sites(config: RunConfig) -> None:
+    """A partition needs a training sample per site: the check the site workers make when
+    they split the data, made from the workload's metadata before anything starts."""
+    from powertrip.experiments.datacmd import training_samples
+    from powertrip.workloads import get_workload
+
+    available = training_samples(get_workload(config.workload), config.data_dir)
+    if available is not None and config.num_sites > available:
+        raise ConfigError(
+            f"num_sites (--sites): {config.num_sites} is larger than the {available} training "
+            f"samples of workload {config.workload}; at most {available} (one sample per site)"
+        )
+
+
+def preflight(config: RunConfig, args: argparse.Namespace) -> None:
+    """Check what the command will run before it makes a directory or starts a service:
+    policies and their parameters, --k, --budget-factor, the site count against the data,
+    and that --out can be a directory. Raises UnknownPolicy or ConfigError."""
+    command = args.command
+    params = list(config.policy_params)
+    if command == "run":
+        check_policy_names([config.policy], params)
+    elif command == "compare":
+        check_policy_names(compare_policies(args), params)
+        if args.budget_factor is not None and args.budget_factor < 0:
+            raise ConfigError(
+                f"--budget-factor: must be >= 0 (0 = no cut-off), got {args.budget_factor:g}"
+            )
+    elif command == "sweep":
+        sweep_ks(args, config)
+        check_policy_names(["static"], [*params, "k"])
+    check_sites(config)
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    if out and command in ("compare", "sweep"):
+        names = (
+            compare_policies(args)
+            if command == "compare"
+            else [f"k{k}" for k in sweep_ks(args, config)]
+        )
+        for name in names:
+            check_run_dir(Path(out) / name)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """compare and sweep reuse, resume or replace the runs in their --out; a directory
+    there that is not a run (no run-config.yaml) is never replaced."""
+    if run_dir.exists() and not (run_dir / "run-config.yaml").is_file():
+        if not run_dir.is_dir() or any(run_dir.iterdir()):
+            raise ConfigError(
+                f"--out: {run_dir} exists and is not a run directory (no run-config.yaml); "
+                "choose another --out"
+            )
 
 
 def time_bound(config: RunConfig, explicit: Collection[str]) -> tuple[RunConfig, str]:
@@ -111,12 +231,83 @@ def run(config: RunConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def previous_run(run_dir: Path, config: RunConfig) -> tuple[str, dict | str | None]:
+    """What `run_dir` holds for a run of `config`, judged as reproduce judges its runs
+    (powertrip.experiments.plan.is_done: a "done" summary and the same settings):
+    ("none", None) nothing; ("done", summary) a finished run with the same settings, to
+    reuse; ("unfinished", None) the same settings, stopped before its summary, with a
+    checkpoint to resume from; ("other", why) anything else, to run again."""
+    config_file, summary_file = run_dir / "run-config.yaml", run_dir / "summary.json"
+    if not config_file.is_file():
+        return "none", None  # nothing run there (check_run_dir refuses a foreign directory)
+    try:
+        stored = yaml.safe_load(config_file.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return "other", "an unreadable run-config.yaml"
+    if not isinstance(stored, dict):
+        return "other", "an unreadable run-config.yaml"
+    differ = [
+        k for k, v in config.to_dict().items() if k not in REUSABLE_CHANGES and stored.get(k) != v
+    ]
+    if differ:
+        return "other", f"a run with other settings ({', '.join(differ)})"
+    try:
+        summary = json.loads(summary_file.read_text())
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict):
+        if summary.get("status") == "done" and summary.get("stopped_reason") not in (
+            None,
+            "",
+            "failed",
+        ):
+            return "done", summary
+        return "other", f"a failed run ({summary.get('message') or summary.get('status')})"
+    if (run_dir / "checkpoint").is_dir():
+        return "unfinished", None
+    return "other", "an unfinished run without a checkpoint"
+
+
+class _Runner:
+    """Runs a command's runs on one deployment, started only when a run is not reused."""
+
+    def __init__(self, out: Path, args: argparse.Namespace, stack: contextlib.ExitStack):
+        self.out, self.args, self.stack = out, args, stack
+        self.deployment: Deployment | None = None
+
+    def run(self, name: str, config: RunConfig, run_dir: Path, *, label: str = "") -> RunOutcome:
+        state, found = previous_run(run_dir, config)
+        if state == "done" and isinstance(found, dict):
+            print(f"{name}: already finished in {run_dir}, reused")
+            return RunOutcome(run_dir, found)
+        if state == "other":
+            check_run_dir(run_dir)  # only ever a run directory is replaced
+            print(f"{name}: {run_dir} holds {found}; running it again")
+            shutil.rmtree(run_dir)
+        elif state == "unfinished":
+            print(f"{name}: resuming the unfinished run in {run_dir}")
+        if self.deployment is None:
+            self.deployment = self.stack.enter_context(
+                Deployment(self.out / "base-config.yaml", self.out / "logs")
+            )
+        return run_once(
+            config,
+            run_dir,
+            self.deployment,
+            label=label,
+            show_progress=not self.args.quiet,
+            resume=state == "unfinished",
+        )
+
+
 def compare(config: RunConfig, args: argparse.Namespace) -> int:
+    """Each policy on the same sites and seed. A policy whose run in --out already finished
+    with the same settings (the same budget cut-off included, which follows from the runs
+    before it) is reused, an interrupted one resumed from its checkpoint, and one with other
+    settings run again: an interrupted `make demo` continues where it stopped."""
     from powertrip.report import format_table, load_run, write_comparison
 
-    policies = [
-        p.strip() for p in (args.policies or ",".join(DEFAULT_COMPARISON)).split(",") if p.strip()
-    ]
+    policies = compare_policies(args)
     factor = DEFAULT_BUDGET_FACTOR if args.budget_factor is None else args.budget_factor
     config, bound = time_bound(config, _explicit(args))
     print(bound)
@@ -131,8 +322,8 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
     best: float | None = None
-    with Deployment(out / "base-config.yaml", out / "logs") as deployment:
-        _check_policies(deployment, policies)
+    with contextlib.ExitStack() as stack:
+        runner = _Runner(out, args, stack)
         for policy in policies:
             run_config = dataclasses.replace(
                 config, policy=policy, policy_params=dict(config.policy_params)
@@ -141,7 +332,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                 cap_h = factor * best / 3600
                 if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
                     run_config.max_sim_hours = cap_h
-            outcome = run_once(run_config, out / policy, deployment, show_progress=not args.quiet)
+            outcome = runner.run(f"policy {policy}", run_config, out / policy)
             _print_summary(outcome)
             if outcome.time_to_target_s is not None:
                 best = (
@@ -159,31 +350,20 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
 
 
 def sweep(config: RunConfig, args: argparse.Namespace) -> int:
-    try:
-        ks = [int(k) for k in args.k.split(",") if k.strip()]
-    except ValueError:
-        raise UnknownPolicy(f"--k must be comma-separated integers, got {args.k!r}") from None
-    bad = [k for k in ks if not 1 <= k <= config.num_sites]
-    if bad:
-        raise UnknownPolicy(
-            f"--k values must be in 1..{config.num_sites} (the site count), got {bad}"
-        )
+    """static-k for each --k on the same sites and seed; finished runs in --out are reused
+    and interrupted ones resumed, as in compare."""
+    ks = sweep_ks(args, config)
     config, bound = time_bound(config, _explicit(args))
     print(bound)
     out = _out_dir(args, f"runs/sweep-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
-    with Deployment(out / "base-config.yaml", out / "logs") as deployment:
+    with contextlib.ExitStack() as stack:
+        runner = _Runner(out, args, stack)
         for k in ks:
             params = {**config.policy_params, "k": float(k)}
             run_config = dataclasses.replace(config, policy="static", policy_params=params)
-            outcome = run_once(
-                run_config,
-                out / f"k{k}",
-                deployment,
-                label=f"static k={k}",
-                show_progress=not args.quiet,
-            )
+            outcome = runner.run(f"static k={k}", run_config, out / f"k{k}", label=f"static k={k}")
             _print_summary(outcome)
     _render(out)
     return 0

@@ -4,10 +4,45 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 
 import numpy as np
 
-from powertrip.workloads import DataError, UnknownWorkload, get_workload
+from powertrip.workloads import DataError, UnknownWorkload, Workload, get_workload
+
+
+def training_samples(workload: Workload, data_dir: str | None = None) -> int | None:
+    """How many training samples the workload's data holds, read from its metadata where
+    it can be (FEMNIST's split array, Shakespeare's cache, Speech Commands' clip list)
+    rather than by loading it; None when it cannot tell without preparing the data. The
+    `num_sites` check before a run starts uses it: a partition needs a sample per site."""
+    counter = getattr(workload, "num_train_samples", None)
+    if callable(counter):  # a workload that knows its own size
+        return counter(data_dir)
+    try:
+        if workload.name == "synthetic":  # generated in memory in milliseconds
+            return len(workload.load(data_dir).train)
+        if workload.name == "femnist":
+            from powertrip.workloads.femnist import FILE_NAME
+
+            with np.load(workload.data_dir(data_dir) / FILE_NAME, allow_pickle=False) as npz:
+                return int((npz["leaf_split"] == 0).sum())  # only this array is read
+        if workload.name == "shakespeare":
+            from powertrip.workloads.shakespeare import CACHE_NPZ
+
+            path = workload.data_dir(data_dir) / CACHE_NPZ
+            if not path.is_file():
+                return None  # prepared by the first run
+            with np.load(path, allow_pickle=False) as npz:
+                return len(npz["y_train"])
+        if workload.name == "speech":
+            from powertrip.workloads.speech import TRAIN_SPLITS, read_index
+
+            index = read_index(workload.data_dir(data_dir))
+            return sum(clip.split in TRAIN_SPLITS for clip in index.clips)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError):
+        return None  # unreadable: the run's own loading says what is wrong
+    return None
 
 
 def info(args: argparse.Namespace) -> int:

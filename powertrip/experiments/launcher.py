@@ -83,6 +83,7 @@ def start_service(
     process = subprocess.Popen(
         [
             sys.executable,
+            "-P",  # the repository comes from PYTHONPATH, never from the working directory
             "-m",
             f"services.{name.split(':')[0]}",
             "--port",
@@ -94,7 +95,9 @@ def start_service(
         stdout=subprocess.PIPE,
         stderr=log_file,
         env=_env(),
-        cwd=REPO_ROOT,
+        # the caller's directory: relative paths (--out, --config, --data-dir) mean the same
+        # to the services as to the command that started them
+        cwd=Path.cwd(),
     )
     log_file.close()
     deadline = time.monotonic() + timeout_s

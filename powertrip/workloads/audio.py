@@ -72,7 +72,12 @@ def fit_clip(samples: np.ndarray) -> np.ndarray:
 
 def mfcc(samples: np.ndarray) -> np.ndarray:
     """(40, 98) float32 MFCCs of a clip, padded or cut to 1 s first."""
-    import librosa
+    try:
+        import librosa  # the `speech` extra: only this workload needs it
+    except ImportError:
+        raise DataError(
+            "speech: computing MFCCs needs librosa: pip install 'powertrip[speech]'"
+        ) from None
 
     clip = fit_clip(np.asarray(samples, dtype=np.float32))
     features = librosa.feature.mfcc(

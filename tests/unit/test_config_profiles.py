@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.config import ConfigError, RunConfig
+from powertrip.config import FIELD_CHOICES, ConfigError, RunConfig, parse_setting
 from powertrip.profiles import PopulationSpec, generate_population, site_id, site_index
 from powertrip.timemodel import propagation_delay_s
 
@@ -117,3 +117,47 @@ def test_site_ids():
     assert site_index("site-042") == 42
     with pytest.raises(ValueError):
         site_index("node-1")
+
+
+@pytest.mark.parametrize(
+    ("item", "key", "value"),
+    [
+        ("lr=0.01", "lr", 0.01),
+        ("lr=1e-3", "lr", "1e-3"),  # YAML 1.1 reads it as text; coercion makes it a float
+        ("shadow=off", "shadow", False),
+        ("target_accuracy=null", "target_accuracy", None),
+        ("data_dir=", "data_dir", None),
+        ("data_dir=2024", "data_dir", "2024"),  # text settings keep the text as given
+        ("policy=on", "policy", "on"),
+        ("policy_params={k: 20}", "policy_params", {"k": 20}),
+        ("policy_params.gain=separable", "policy_params.gain", 1.0),
+    ],
+)
+def test_parse_setting_reads_values_as_yaml_does(item, key, value):
+    assert parse_setting(item) == (key, value)
+
+
+def test_with_settings_goes_through_the_yaml_checks():
+    config = RunConfig().with_settings(["lr=1e-3", "policy_params.k=5", "policy_params.k=6"])
+    assert config.lr == 0.001 and config.policy_params == {"k": 6.0}
+    assert RunConfig().policy_params == {}  # the original is untouched
+    with pytest.raises(ConfigError, match=r"--set estimator=guess: estimator must be one of "):
+        RunConfig().with_settings(["estimator=guess"])
+    with pytest.raises(ConfigError, match="unknown key polcy; allowed keys: policy,"):
+        RunConfig().with_settings(["polcy=all"])
+    with pytest.raises(ConfigError, match="--set seed=abc: seed must be of type int"):
+        RunConfig().with_settings(["seed=abc"])
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_CHOICES))
+def test_every_choice_setting_names_its_values_wherever_it_is_read(name):
+    allowed = ", ".join(FIELD_CHOICES[name])
+    for read in (
+        lambda: RunConfig.from_mapping({name: "nope"}, "c.yaml"),
+        lambda: RunConfig().with_overrides(**{name: "nope"}),
+        lambda: RunConfig().with_settings([f"{name}=nope"]),
+    ):
+        with pytest.raises(ConfigError, match=f"{name} must be one of {allowed}, got 'nope'"):
+            read()
+    with pytest.raises(ConfigError, match=name):  # and a config built in code
+        RunConfig(**{name: "nope"}).validate()
