@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from powertrip import policyparams
+from powertrip import policyparams, runfiles
 from powertrip.config import PARAM_PREFIX, ConfigError, RunConfig, parse_setting
 from powertrip.workloads import REGISTRY
 
@@ -266,7 +266,7 @@ def explicit_settings(args: argparse.Namespace) -> frozenset[str]:
 def _resume_args(args: argparse.Namespace) -> None:
     """`run --resume DIR` takes DIR's run-config.yaml; other run flags would change the run."""
     out = Path(args.resume)
-    config = out / "run-config.yaml"
+    config = out / runfiles.REQUESTED_CONFIG
     if not config.is_file():
         raise ConfigError(f"--resume {out}: no run-config.yaml there (not a run directory?)")
     ignored = {"resume", "quiet", "command", "param", "out"}

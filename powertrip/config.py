@@ -35,6 +35,26 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Execution settings: how a run is carried out (processes, threads, where the data is read,
+#: how long a round may take in wall time, whether checkpoints are written), never what it
+#: computes; results are bit-identical whatever they are. Every other field is an
+#: experiment setting. The one list: a resumed run (aggregator --resume), a finished run
+#: reused by compare/sweep and one reused by reproduce may differ from the request only here
+#: (and in the limits each names on top: `RUN_LIMITS`).
+EXECUTION_SETTINGS = frozenset(
+    {"workers", "threads_per_worker", "train_threads", "data_dir", "round_deadline_s", "checkpoint"}
+)
+#: limits on a run's length: a resumed run may extend them
+RUN_LIMITS = frozenset({"max_rounds", "max_sim_hours"})
+
+
+def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, also=()) -> list[str]:
+    """The experiment settings on which two configurations (as `to_dict()` mappings)
+    disagree, ignoring `EXECUTION_SETTINGS` and the names in `also`."""
+    ignored = EXECUTION_SETTINGS | frozenset(also)
+    return sorted(k for k, v in wanted.items() if k not in ignored and stored.get(k) != v)
+
+
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field."""
 

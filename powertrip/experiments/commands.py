@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from powertrip.config import ConfigError, RunConfig
+from powertrip import runfiles
+from powertrip.config import ConfigError, RunConfig, experiment_differences
 from powertrip.experiments.launcher import Deployment
 from powertrip.experiments.runner import UNBOUNDED_ROUNDS, RunOutcome, policy_names, run_once
 
@@ -39,20 +40,6 @@ DEFAULT_TIME_BUDGET_H = 3.0
 
 class UnknownPolicy(ValueError):
     pass
-
-
-#: settings a finished run may have had otherwise and still be reused by compare and sweep:
-#: how the work was spread over processes and threads (results are bit-identical whatever
-#: they are), where the data was read from, and how long a round may take in wall time
-#: (the same list as reproduce's resumability, powertrip.experiments.plan, except
-#: max_sim_hours: here it is a policy's time budget, part of its result)
-REUSABLE_CHANGES = (
-    "workers",
-    "threads_per_worker",
-    "train_threads",
-    "data_dir",
-    "round_deadline_s",
-)
 
 
 def _out_dir(args: argparse.Namespace, default: str) -> Path:
@@ -161,7 +148,7 @@ def preflight(config: RunConfig, args: argparse.Namespace) -> None:
 def check_run_dir(run_dir: Path) -> None:
     """compare and sweep reuse, resume or replace the runs in their --out; a directory
     there that is not a run (no run-config.yaml) is never replaced."""
-    if run_dir.exists() and not (run_dir / "run-config.yaml").is_file():
+    if run_dir.exists() and not (run_dir / runfiles.REQUESTED_CONFIG).is_file():
         if not run_dir.is_dir() or any(run_dir.iterdir()):
             raise ConfigError(
                 f"--out: {run_dir} exists and is not a run directory (no run-config.yaml); "
@@ -222,8 +209,8 @@ def run(config: RunConfig, args: argparse.Namespace) -> int:
     out = _out_dir(args, f"runs/{config.policy}-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     resume = bool(getattr(args, "resume", None))
-    config.write_yaml(out / "run-config.yaml")
-    with Deployment(out / "run-config.yaml", out / "logs") as deployment:
+    config.write_yaml(out / runfiles.REQUESTED_CONFIG)
+    with Deployment(out / runfiles.REQUESTED_CONFIG, out / runfiles.LOGS_DIR) as deployment:
         _check_policies(deployment, [config.policy])
         outcome = run_once(config, out, deployment, show_progress=not args.quiet, resume=resume)
     _print_summary(outcome)
@@ -237,7 +224,8 @@ def previous_run(run_dir: Path, config: RunConfig) -> tuple[str, dict | str | No
     ("none", None) nothing; ("done", summary) a finished run with the same settings, to
     reuse; ("unfinished", None) the same settings, stopped before its summary, with a
     checkpoint to resume from; ("other", why) anything else, to run again."""
-    config_file, summary_file = run_dir / "run-config.yaml", run_dir / "summary.json"
+    config_file = run_dir / runfiles.REQUESTED_CONFIG
+    summary_file = run_dir / runfiles.SUMMARY
     if not config_file.is_file():
         return "none", None  # nothing run there (check_run_dir refuses a foreign directory)
     try:
@@ -246,9 +234,9 @@ def previous_run(run_dir: Path, config: RunConfig) -> tuple[str, dict | str | No
         return "other", "an unreadable run-config.yaml"
     if not isinstance(stored, dict):
         return "other", "an unreadable run-config.yaml"
-    differ = [
-        k for k, v in config.to_dict().items() if k not in REUSABLE_CHANGES and stored.get(k) != v
-    ]
+    # only execution settings may differ (powertrip.config.EXECUTION_SETTINGS); max_sim_hours
+    # must match here: it is a policy's time budget, part of its result
+    differ = experiment_differences(stored, config.to_dict())
     if differ:
         return "other", f"a run with other settings ({', '.join(differ)})"
     try:
@@ -263,7 +251,7 @@ def previous_run(run_dir: Path, config: RunConfig) -> tuple[str, dict | str | No
         ):
             return "done", summary
         return "other", f"a failed run ({summary.get('message') or summary.get('status')})"
-    if (run_dir / "checkpoint").is_dir():
+    if (run_dir / runfiles.CHECKPOINT_DIR).is_dir():
         return "unfinished", None
     return "other", "an unfinished run without a checkpoint"
 

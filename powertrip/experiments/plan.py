@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from powertrip.config import ConfigError, RunConfig
+from powertrip import runfiles
+from powertrip.config import ConfigError, RunConfig, experiment_differences
 from powertrip.experiments.suite import (
     WORKLOAD_FIELDS,
     Arm,
@@ -177,21 +178,12 @@ def check_variants(
 
 
 # ---- resumability ----------------------------------------------------------------------
-#: settings that may differ between a finished run and a re-plan without invalidating it
-_VOLATILE = (
-    "max_sim_hours",
-    "workers",
-    "threads_per_worker",
-    "train_threads",
-    "data_dir",
-    "round_deadline_s",
-)
 
 
 def is_done(run_dir: Path, config: RunConfig) -> bool:
     """True when run_dir holds a finished run ('done' summary) with the same settings."""
-    summary_file = run_dir / "summary.json"
-    config_file = run_dir / "run-config.yaml"
+    summary_file = run_dir / runfiles.SUMMARY
+    config_file = run_dir / runfiles.REQUESTED_CONFIG
     if not summary_file.is_file() or not config_file.is_file():
         return False
     try:
@@ -202,7 +194,8 @@ def is_done(run_dir: Path, config: RunConfig) -> bool:
     if summary.get("status") != "done":
         return False
     wanted = config.to_dict()
-    return all(stored.get(k) == v for k, v in wanted.items() if k not in _VOLATILE)
+    # max_sim_hours: a finished run stays valid under a longer cap (it stopped on its own)
+    return not experiment_differences(stored, wanted, also=("max_sim_hours",))
 
 
 def group_reference(out: Path, variant: str, seed: int) -> float | None:
@@ -215,7 +208,7 @@ def group_reference(out: Path, variant: str, seed: int) -> float | None:
         return None
     for run_dir in sorted(p for p in group.iterdir() if p.is_dir()):
         try:
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = json.loads((run_dir / runfiles.SUMMARY).read_text())
         except (OSError, ValueError):
             continue
         ttt = summary.get("time_to_target_s")

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
+from powertrip import runfiles
 from powertrip.config import RunConfig
 from powertrip.experiments.launcher import (
     Deployment,
@@ -61,9 +62,9 @@ def run_once(
 
     `resume` continues from the checkpoint in `out_dir` (see `powertrip run --resume`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    config_path = out_dir / "run-config.yaml"
+    config_path = out_dir / runfiles.REQUESTED_CONFIG
     config.write_yaml(config_path)
-    log_dir = out_dir / "logs"
+    log_dir = out_dir / runfiles.LOGS_DIR
     processes: list[ServiceProcess] = []
     try:
         aggregator = start_service(
@@ -115,7 +116,7 @@ def run_once(
     finally:
         for process in reversed(processes):
             process.stop()
-    summary_path = out_dir / "summary.json"
+    summary_path = out_dir / runfiles.SUMMARY
     if not summary_path.exists():
         raise RunError(f"the aggregator wrote no summary; see {log_dir}/aggregator.log")
     summary = json.loads(summary_path.read_text())

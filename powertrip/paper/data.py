@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powertrip import runfiles
 from powertrip.experiments.suite import Variant, refine_ks, run_path, static_arm
 from powertrip.report import claims as C
 from powertrip.report.result import ReportError, RunResult
@@ -46,7 +47,7 @@ def sample_of(run: RunResult) -> C.Sample:
 
 def load_done(path: Path) -> RunResult | None:
     """The run in path if it finished ('done'), else None (missing, killed, malformed)."""
-    if not (path / "summary.json").is_file():
+    if not (path / runfiles.SUMMARY).is_file():
         return None
     try:
         run = load_run(path)

@@ -17,47 +17,15 @@ from typing import Any
 
 import yaml
 
+from powertrip import runfiles
 from powertrip.report.result import ReportError, RunResult
 
-#: rounds.csv columns the report needs (a file without one of them is rejected); they are
-#: parsed as numbers unless listed in _TEXT_COLUMNS. Any other column the aggregator writes
-#: is kept, as a number when it looks like one. Not the aggregator's full column list
-#: (services/aggregator/records.py), which also has aggregation_s, straggler, mode, ...
-REQUIRED_ROUND_COLUMNS: tuple[str, ...] = (
-    "round",
-    "sim_time_s",
-    "round_time_s",
-    "k",
-    "sites",
-    "accuracy",
-    "loss",
-    "compute_s",
-    "comm_s",
-    "wait_s",
-    "predicted_round_time_s",
-    "bytes_up",
-    "bytes_down",
-)
+# what the report requires of a run directory is the run directory schema's
+from powertrip.runfiles import CONFIG_FILES, REQUIRED_ROUND_COLUMNS, SUMMARY_KEYS
+
 _INT_COLUMNS = frozenset({"round", "k", "bytes_up", "bytes_down"})
 _TEXT_COLUMNS = frozenset({"sites", "straggler", "mode", "clock"})
 
-#: summary.json keys the report needs; a summary without one of them is rejected
-SUMMARY_KEYS: tuple[str, ...] = (
-    "policy",
-    "workload",
-    "clock",
-    "rounds",
-    "target_accuracy",
-    "final_accuracy",
-    "best_accuracy",
-    "time_to_target_s",
-    "sim_time_s",
-    "stopped_reason",
-)
-
-#: config.yaml is what the aggregator writes; run-config.yaml is the driver's copy. The
-#: first of these that exists is read.
-CONFIG_FILES = ("config.yaml", "run-config.yaml")
 
 _K_DIR = re.compile(r"^k(\d+)$")
 
@@ -70,8 +38,8 @@ def load_run(run_dir: str | Path, label: str = "") -> RunResult:
     return RunResult(
         path=path,
         config=read_config(path),
-        rounds=read_rounds(path / "rounds.csv"),
-        summary=read_summary(path / "summary.json"),
+        rounds=read_rounds(path / runfiles.ROUNDS),
+        summary=read_summary(path / runfiles.SUMMARY),
         label=label,
     )
 
@@ -186,7 +154,7 @@ def _looks_numeric(text: str) -> bool:
 
 # ---- directory layout ------------------------------------------------------------------
 def is_run_dir(path: Path) -> bool:
-    return (path / "rounds.csv").is_file()
+    return (path / runfiles.ROUNDS).is_file()
 
 
 def run_subdirs(path: Path) -> list[Path]:

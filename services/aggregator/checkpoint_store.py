@@ -16,27 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from powertrip.config import RunConfig
+from powertrip import runfiles
+from powertrip.config import EXECUTION_SETTINGS, RUN_LIMITS, RunConfig, experiment_differences
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.control_client import columns_of
 from services.aggregator.records import round_sites
 from services.aggregator.run_result import LoopResult
 
-CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR = runfiles.CHECKPOINT_DIR
 CHECKPOINT_FORMAT = 1
-#: Settings that may differ between a run and its resumption: they change how the run is
-#: executed, not what it computes.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "workers",
-        "threads_per_worker",
-        "round_deadline_s",
-        "max_rounds",
-        "max_sim_hours",
-        "checkpoint",
-        "data_dir",
-    }
-)
+#: Settings that may differ between a run and its resumption: how it is executed, and its
+#: limits (powertrip.config names both; a resumed run may be extended)
+RESUMABLE_CHANGES = EXECUTION_SETTINGS | RUN_LIMITS
 
 
 class CheckpointError(ValueError):
@@ -193,10 +184,8 @@ class CheckpointStore:
 
     def _check(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
         where = self.out_dir / CHECKPOINT_DIR / "state.json"
-        differ = sorted(
-            k
-            for k, v in self.run.to_dict().items()
-            if k not in RESUMABLE_CHANGES and saved.get("config", {}).get(k) != v
+        differ = experiment_differences(
+            saved.get("config", {}), self.run.to_dict(), also=RUN_LIMITS
         )
         if differ:
             raise CheckpointError(

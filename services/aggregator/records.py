@@ -9,8 +9,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from powertrip import runfiles
+from powertrip.runfiles import round_columns
 
 
 @dataclass
@@ -41,17 +44,6 @@ class RoundRow:
     model_round_time_s: float | None = None
 
 
-#: Columns only the wall clock writes: on the simulated clock the model's round time *is*
-#: round_time_s, and leaving them out keeps simulated rounds.csv files byte for byte as
-#: they were before the column existed.
-WALL_ONLY_COLUMNS = ("model_round_time_s",)
-#: rounds.csv columns of the simulated clock, in file order.
-ROUND_COLUMNS = [f.name for f in fields(RoundRow) if f.name not in WALL_ONLY_COLUMNS]
-
-
-def round_columns(clock: str) -> list[str]:
-    """rounds.csv columns, in file order, of a run on `clock`."""
-    return ROUND_COLUMNS + list(WALL_ONLY_COLUMNS) if clock == "wall" else list(ROUND_COLUMNS)
 
 
 def _fmt(value) -> str:
@@ -73,9 +65,9 @@ class RunRecorder:
         self.out_dir = Path(out_dir)
         self.columns = round_columns(clock)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.rounds_path = self.out_dir / "rounds.csv"
-        self.decisions_path = self.out_dir / "decisions.jsonl"
-        self.wall_path = self.out_dir / "wall.csv"
+        self.rounds_path = self.out_dir / runfiles.ROUNDS
+        self.decisions_path = self.out_dir / runfiles.DECISIONS
+        self.wall_path = self.out_dir / runfiles.WALL
         if keep_rounds is None:
             with self.rounds_path.open("w", newline="") as f:
                 csv.writer(f).writerow(self.columns)
@@ -99,7 +91,7 @@ class RunRecorder:
     def write_summary(self, summary: dict) -> None:
         tmp = self.out_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, self.out_dir / "summary.json")
+        os.replace(tmp, self.out_dir / runfiles.SUMMARY)
 
 
 def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:
@@ -128,7 +120,7 @@ def round_sites(out_dir: Path) -> dict[int, list[str]]:
     """Each round's selected site ids from rounds.csv, in the order the policy gave them
     (the `sites` column joins them with ';'). For rebuilding RoundRecord.site_ids on resume
     from a checkpoint written before the history carried them; {} when there is no file."""
-    path = Path(out_dir) / "rounds.csv"
+    path = Path(out_dir) / runfiles.ROUNDS
     if not path.exists():
         return {}
     out: dict[int, list[str]] = {}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from powertrip import runfiles
 from powertrip.fedavg import apply_delta
 from powertrip.sitecolumns import profile_at, row_of
 from powertrip.v1 import common_pb2, policy_pb2
@@ -95,7 +96,7 @@ class RoundLoop:
             self.state.set_model(initial, version=0)
         else:
             self._resume(resumed)
-        self.run.write_yaml(self.config.out_dir / "config.yaml")
+        self.run.write_yaml(self.config.out_dir / runfiles.CONFIG)
 
     def _resume(self, resumed: Resumed) -> None:
         """Continue from a checkpoint: same model bytes, same loop state, same files."""

@@ -9,13 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from powertrip.runfiles import ROUND_COLUMNS, round_columns
 from powertrip.v1 import common_pb2
 from services.aggregator.checkpoint_store import restore_site_ids
 from services.aggregator.records import (
-    ROUND_COLUMNS,
     RoundRow,
     RunRecorder,
-    round_columns,
     round_sites,
 )
 from services.aggregator.run_result import LoopResult

@@ -1,0 +1,94 @@
+"""The run directory's schema: what a run writes and what readers may rely on.
+
+One place for the file names, the rounds.csv columns and the summary keys, so the writer
+(the aggregator and the experiment drivers) and the readers (report, compare's and
+reproduce's resumption) cannot drift apart. tests/unit/test_runfiles.py checks the
+aggregator's RoundRow and summary against it.
+
+A run directory holds:
+  config.yaml       the run's configuration, resolved (workload defaults filled in), written
+                    by the aggregator; what a report reads
+  run-config.yaml   the configuration as requested, written by the driver (run, compare,
+                    sweep, reproduce) before the services start; what --resume and the
+                    resumption checks compare against (resolving it again gives config.yaml)
+  rounds.csv        one row per round (ROUND_COLUMNS), seeded: byte-identical across reruns
+  decisions.jsonl   the policy's decision and explanation per round
+  wall.csv          wall-clock timings per round (not reproducible, hence apart)
+  summary.json      the run's outcome (SUMMARY_KEYS at least)
+  checkpoint/       the last committed round (model and loop state), for --resume
+  logs/             one log file per service process
+"""
+
+from __future__ import annotations
+
+CONFIG = "config.yaml"
+REQUESTED_CONFIG = "run-config.yaml"
+ROUNDS = "rounds.csv"
+DECISIONS = "decisions.jsonl"
+WALL = "wall.csv"
+SUMMARY = "summary.json"
+CHECKPOINT_DIR = "checkpoint"
+LOGS_DIR = "logs"
+#: a report reads the first of these that exists (older runs may lack config.yaml)
+CONFIG_FILES = (CONFIG, REQUESTED_CONFIG)
+
+#: rounds.csv columns on the simulated clock, in file order
+ROUND_COLUMNS: tuple[str, ...] = (
+    "round",
+    "sim_time_s",
+    "round_time_s",
+    "k",
+    "sites",
+    "accuracy",
+    "loss",
+    "compute_s",
+    "comm_s",
+    "wait_s",
+    "aggregation_s",
+    "predicted_round_time_s",
+    "bytes_up",
+    "bytes_down",
+    "emulated_bytes",
+    "straggler",
+    "mode",
+    "train_loss",
+    "clock",
+)
+#: columns only the wall clock writes, after ROUND_COLUMNS: on the simulated clock the
+#: model's round time *is* round_time_s, and leaving them out keeps simulated files as they
+#: were before the column existed
+WALL_ONLY_COLUMNS: tuple[str, ...] = ("model_round_time_s",)
+#: the columns a reader may require (older runs lack aggregation_s and later additions)
+REQUIRED_ROUND_COLUMNS: tuple[str, ...] = (
+    "round",
+    "sim_time_s",
+    "round_time_s",
+    "k",
+    "sites",
+    "accuracy",
+    "loss",
+    "compute_s",
+    "comm_s",
+    "wait_s",
+    "predicted_round_time_s",
+    "bytes_up",
+    "bytes_down",
+)
+#: summary.json keys every finished or failed run has
+SUMMARY_KEYS: tuple[str, ...] = (
+    "policy",
+    "workload",
+    "clock",
+    "rounds",
+    "target_accuracy",
+    "final_accuracy",
+    "best_accuracy",
+    "time_to_target_s",
+    "sim_time_s",
+    "stopped_reason",
+)
+
+
+def round_columns(clock: str) -> list[str]:
+    """rounds.csv columns, in file order, of a run on `clock`."""
+    return [*ROUND_COLUMNS, *WALL_ONLY_COLUMNS] if clock == "wall" else list(ROUND_COLUMNS)
