@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from powertrip.heap import keep_buffers_on_heap
 from powertrip.rpc.server import PortInUseError, RunningServer, start_server, wait_for_termination
-from powertrip.rpc.tls import TlsError, add_tls_flags, load_tls
+from powertrip.rpc.tls import TlsError, TlsFiles, add_tls_flags, load_tls
 
 
 @dataclass
@@ -86,6 +86,39 @@ def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where and how a service serves: what `serve` needs, typed, whichever way a service
+    takes its settings (the shared flags, or the policy service's own configuration)."""
+
+    port: int
+    host: str = "[::]"
+    metrics_port: int = 0  # 0 = no metrics endpoint
+    grace_s: float = 5.0  # drain time on SIGTERM
+    tls: TlsFiles | None = None  # mutual TLS; None = plaintext
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeOptions:
+        """From `base_parser`'s flags; TlsError names a bad --tls-* flag."""
+        return cls(
+            port=args.port,
+            host=args.host,
+            metrics_port=args.metrics_port,
+            grace_s=args.grace_s,
+            tls=load_tls(args),
+        )
+
+
+def serve_options(spec: ServiceSpec, args: argparse.Namespace) -> ServeOptions | None:
+    """ServeOptions from base_parser's flags; None (the flag named on stderr) when a --tls-*
+    flag is bad, so the service's main returns exit code 2."""
+    try:
+        return ServeOptions.from_args(args)
+    except TlsError as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+        return None
+
+
 def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
     """Client credentials for a service dialling out (None: plaintext; bad flags exit 2)."""
     try:
@@ -109,7 +142,7 @@ def setup_process(level: str, name: str) -> None:
 
 def serve(
     spec: ServiceSpec,
-    args: argparse.Namespace,
+    options: ServeOptions,
     register: Callable[[grpc.Server], None],
     service_names: list[str],
     registry: CollectorRegistry,
@@ -120,25 +153,22 @@ def serve(
 ) -> int:
     """Start metrics and the gRPC server, block until a signal, drain; return an exit code."""
     log = logging.getLogger(spec.name)
-    if args.metrics_port:
+    if options.metrics_port:
         try:
-            start_http_server(args.metrics_port, registry=registry)
+            start_http_server(options.metrics_port, registry=registry)
         except OSError as exc:
             print(
-                f"{spec.name}: cannot bind metrics port {args.metrics_port}: {exc}", file=sys.stderr
+                f"{spec.name}: cannot bind metrics port {options.metrics_port}: {exc}",
+                file=sys.stderr,
             )
             return 1
-    try:
-        tls = load_tls(args)
-    except TlsError as exc:
-        print(f"{spec.name}: {exc}", file=sys.stderr)
-        return 2
+    tls = options.tls
     try:
         running = start_server(
             register,
             service_names,
-            port=args.port,
-            host=args.host,
+            port=options.port,
+            host=options.host,
             credentials=tls.server_credentials() if tls else None,
             max_workers=max_workers,
         )
@@ -149,6 +179,6 @@ def serve(
     print(f"{spec.name} listening on port {running.port}", flush=True)
     if on_started:
         on_started(running)
-    wait_for_termination(running, grace_s=args.grace_s, stop_event=stop_event)
+    wait_for_termination(running, grace_s=options.grace_s, stop_event=stop_event)
     log.info("exited cleanly")
     return 0

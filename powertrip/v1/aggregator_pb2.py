@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from powertrip.v1 import common_pb2 as powertrip_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpowertrip/v1/aggregator.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"\xe5\x01\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12\x12\n\nsite_count\x18\x03 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x12\n\njoin_token\x18\x05 \x01(\t\x12\x42\n\x0bsite_tokens\x18\x06 \x03(\x0b\x32-.powertrip.v1.RegisterRequest.SiteTokensEntry\x1a\x31\n\x0fSiteTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xad\x01\n\x07RunSpec\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08workload\x18\x02 \x01(\t\x12\x11\n\tnum_sites\x18\x03 \x01(\r\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\n\n\x02lr\x18\x05 \x01(\x01\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x13\n\x0blocal_steps\x18\x07 \x01(\r\x12\x10\n\x08\x64\x61ta_dir\x18\x08 \x01(\t\x12\x18\n\x10samples_per_site\x18\t \x01(\r\"s\n\x10RegisterResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.powertrip.v1.RunSpec\x12\x15\n\rsession_token\x18\x04 \x01(\t\"K\n\x0fNextTaskRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x15\n\rsession_token\x18\x03 \x01(\t\"\xd2\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x0f\n\x07site_id\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\x12\x13\n\x0blocal_steps\x18\x05 \x01(\r\x12\n\n\x02lr\x18\x06 \x01(\x01\x12\x12\n\nbatch_size\x18\x07 \x01(\r\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12+\n\ndata_scope\x18\t \x01(\x0e\x32\x17.powertrip.v1.DataScope\x12\x12\n\ndeadline_s\x18\n \x01(\x01\"G\n\x10NextTaskResponse\x12!\n\x05tasks\x18\x01 \x03(\x0b\x32\x12.powertrip.v1.Task\x12\x10\n\x08shutdown\x18\x02 \x01(\x08\"W\n\x14\x44ownloadModelRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\r\x12\x15\n\rsession_token\x18\x03 \x01(\t\"\xcf\x01\n\x0b\x44\x65ltaHeader\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07site_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x15\n\rmodel_version\x18\x04 \x01(\r\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\x12\n\ntrain_loss\x18\x06 \x01(\x01\x12\x16\n\x0e\x63ompute_wall_s\x18\x07 \x01(\x01\x12\r\n\x05steps\x18\x08 \x01(\r\x12\x11\n\tworker_id\x18\t \x01(\t\x12\x15\n\rsession_token\x18\n \x01(\t\"u\n\x12UploadDeltaRequest\x12+\n\x06header\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.DeltaHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.powertrip.v1.TensorChunkH\x00\x42\x06\n\x04part\"O\n\x13UploadDeltaResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x12\n\x10GetStatusRequest\"\xe5\x01\n\tRunStatus\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x12\n\nmax_rounds\x18\x04 \x01(\r\x12\x10\n\x08\x61\x63\x63uracy\x18\x05 \x01(\x01\x12\x12\n\nsim_time_s\x18\x06 \x01(\x01\x12\t\n\x01k\x18\x07 \x01(\r\x12\x18\n\x10registered_sites\x18\x08 \x01(\r\x12\x11\n\tnum_sites\x18\t \x01(\r\x12\x0f\n\x07message\x18\n \x01(\t\x12\'\n\x04last\x18\x0b \x01(\x0b\x32\x19.powertrip.v1.RoundRecord*7\n\tDataScope\x12\x13\n\x0f\x44\x41TA_SCOPE_SITE\x10\x00\x12\x15\n\x11\x44\x41TA_SCOPE_POOLED\x10\x01\x32\x90\x03\n\nAggregator\x12I\n\x08Register\x12\x1d.powertrip.v1.RegisterRequest\x1a\x1e.powertrip.v1.RegisterResponse\x12I\n\x08NextTask\x12\x1d.powertrip.v1.NextTaskRequest\x1a\x1e.powertrip.v1.NextTaskResponse\x12P\n\rDownloadModel\x12\".powertrip.v1.DownloadModelRequest\x1a\x19.powertrip.v1.TensorChunk0\x01\x12T\n\x0bUploadDelta\x12 .powertrip.v1.UploadDeltaRequest\x1a!.powertrip.v1.UploadDeltaResponse(\x01\x12\x44\n\tGetStatus\x12\x1e.powertrip.v1.GetStatusRequest\x1a\x17.powertrip.v1.RunStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpowertrip/v1/aggregator.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"\xe5\x01\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12\x12\n\nsite_count\x18\x03 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x12\n\njoin_token\x18\x05 \x01(\t\x12\x42\n\x0bsite_tokens\x18\x06 \x03(\x0b\x32-.powertrip.v1.RegisterRequest.SiteTokensEntry\x1a\x31\n\x0fSiteTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x01\n\x07RunSpec\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08workload\x18\x02 \x01(\t\x12\x11\n\tnum_sites\x18\x03 \x01(\r\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x10\n\x08\x64\x61ta_dir\x18\x08 \x01(\tJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\t\x10\nR\x02lrR\nbatch_sizeR\x0blocal_stepsR\x10samples_per_site\"s\n\x10RegisterResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12#\n\x04spec\x18\x03 \x01(\x0b\x32\x15.powertrip.v1.RunSpec\x12\x15\n\rsession_token\x18\x04 \x01(\t\"K\n\x0fNextTaskRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06wait_s\x18\x02 \x01(\x01\x12\x15\n\rsession_token\x18\x03 \x01(\t\"\xd0\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x0f\n\x07site_id\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\x12\x13\n\x0blocal_steps\x18\x05 \x01(\r\x12\n\n\x02lr\x18\x06 \x01(\x01\x12\x12\n\nbatch_size\x18\x07 \x01(\r\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12+\n\ndata_scope\x18\t \x01(\x0e\x32\x17.powertrip.v1.DataScopeJ\x04\x08\n\x10\x0bR\ndeadline_s\"G\n\x10NextTaskResponse\x12!\n\x05tasks\x18\x01 \x03(\x0b\x32\x12.powertrip.v1.Task\x12\x10\n\x08shutdown\x18\x02 \x01(\x08\"W\n\x14\x44ownloadModelRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\r\x12\x15\n\rsession_token\x18\x03 \x01(\t\"\xcf\x01\n\x0b\x44\x65ltaHeader\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07site_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x15\n\rmodel_version\x18\x04 \x01(\r\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\x12\n\ntrain_loss\x18\x06 \x01(\x01\x12\x16\n\x0e\x63ompute_wall_s\x18\x07 \x01(\x01\x12\r\n\x05steps\x18\x08 \x01(\r\x12\x11\n\tworker_id\x18\t \x01(\t\x12\x15\n\rsession_token\x18\n \x01(\t\"u\n\x12UploadDeltaRequest\x12+\n\x06header\x18\x01 \x01(\x0b\x32\x19.powertrip.v1.DeltaHeaderH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.powertrip.v1.TensorChunkH\x00\x42\x06\n\x04part\"O\n\x13UploadDeltaResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x12\n\x10GetStatusRequest\"\xe5\x01\n\tRunStatus\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x12\n\nmax_rounds\x18\x04 \x01(\r\x12\x10\n\x08\x61\x63\x63uracy\x18\x05 \x01(\x01\x12\x12\n\nsim_time_s\x18\x06 \x01(\x01\x12\t\n\x01k\x18\x07 \x01(\r\x12\x18\n\x10registered_sites\x18\x08 \x01(\r\x12\x11\n\tnum_sites\x18\t \x01(\r\x12\x0f\n\x07message\x18\n \x01(\t\x12\'\n\x04last\x18\x0b \x01(\x0b\x32\x19.powertrip.v1.RoundRecord*7\n\tDataScope\x12\x13\n\x0f\x44\x41TA_SCOPE_SITE\x10\x00\x12\x15\n\x11\x44\x41TA_SCOPE_POOLED\x10\x01\x32\x90\x03\n\nAggregator\x12I\n\x08Register\x12\x1d.powertrip.v1.RegisterRequest\x1a\x1e.powertrip.v1.RegisterResponse\x12I\n\x08NextTask\x12\x1d.powertrip.v1.NextTaskRequest\x1a\x1e.powertrip.v1.NextTaskResponse\x12P\n\rDownloadModel\x12\".powertrip.v1.DownloadModelRequest\x1a\x19.powertrip.v1.TensorChunk0\x01\x12T\n\x0bUploadDelta\x12 .powertrip.v1.UploadDeltaRequest\x1a!.powertrip.v1.UploadDeltaResponse(\x01\x12\x44\n\tGetStatus\x12\x1e.powertrip.v1.GetStatusRequest\x1a\x17.powertrip.v1.RunStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,34 +34,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERREQUEST_SITETOKENSENTRY']._loaded_options = None
   _globals['_REGISTERREQUEST_SITETOKENSENTRY']._serialized_options = b'8\001'
-  _globals['_DATASCOPE']._serialized_start=1713
-  _globals['_DATASCOPE']._serialized_end=1768
+  _globals['_DATASCOPE']._serialized_start=1703
+  _globals['_DATASCOPE']._serialized_end=1758
   _globals['_REGISTERREQUEST']._serialized_start=75
   _globals['_REGISTERREQUEST']._serialized_end=304
   _globals['_REGISTERREQUEST_SITETOKENSENTRY']._serialized_start=255
   _globals['_REGISTERREQUEST_SITETOKENSENTRY']._serialized_end=304
   _globals['_RUNSPEC']._serialized_start=307
-  _globals['_RUNSPEC']._serialized_end=480
-  _globals['_REGISTERRESPONSE']._serialized_start=482
-  _globals['_REGISTERRESPONSE']._serialized_end=597
-  _globals['_NEXTTASKREQUEST']._serialized_start=599
-  _globals['_NEXTTASKREQUEST']._serialized_end=674
-  _globals['_TASK']._serialized_start=677
-  _globals['_TASK']._serialized_end=887
-  _globals['_NEXTTASKRESPONSE']._serialized_start=889
-  _globals['_NEXTTASKRESPONSE']._serialized_end=960
-  _globals['_DOWNLOADMODELREQUEST']._serialized_start=962
-  _globals['_DOWNLOADMODELREQUEST']._serialized_end=1049
-  _globals['_DELTAHEADER']._serialized_start=1052
-  _globals['_DELTAHEADER']._serialized_end=1259
-  _globals['_UPLOADDELTAREQUEST']._serialized_start=1261
-  _globals['_UPLOADDELTAREQUEST']._serialized_end=1378
-  _globals['_UPLOADDELTARESPONSE']._serialized_start=1380
-  _globals['_UPLOADDELTARESPONSE']._serialized_end=1459
-  _globals['_GETSTATUSREQUEST']._serialized_start=1461
-  _globals['_GETSTATUSREQUEST']._serialized_end=1479
-  _globals['_RUNSTATUS']._serialized_start=1482
-  _globals['_RUNSTATUS']._serialized_end=1711
-  _globals['_AGGREGATOR']._serialized_start=1771
-  _globals['_AGGREGATOR']._serialized_end=2171
+  _globals['_RUNSPEC']._serialized_end=472
+  _globals['_REGISTERRESPONSE']._serialized_start=474
+  _globals['_REGISTERRESPONSE']._serialized_end=589
+  _globals['_NEXTTASKREQUEST']._serialized_start=591
+  _globals['_NEXTTASKREQUEST']._serialized_end=666
+  _globals['_TASK']._serialized_start=669
+  _globals['_TASK']._serialized_end=877
+  _globals['_NEXTTASKRESPONSE']._serialized_start=879
+  _globals['_NEXTTASKRESPONSE']._serialized_end=950
+  _globals['_DOWNLOADMODELREQUEST']._serialized_start=952
+  _globals['_DOWNLOADMODELREQUEST']._serialized_end=1039
+  _globals['_DELTAHEADER']._serialized_start=1042
+  _globals['_DELTAHEADER']._serialized_end=1249
+  _globals['_UPLOADDELTAREQUEST']._serialized_start=1251
+  _globals['_UPLOADDELTAREQUEST']._serialized_end=1368
+  _globals['_UPLOADDELTARESPONSE']._serialized_start=1370
+  _globals['_UPLOADDELTARESPONSE']._serialized_end=1449
+  _globals['_GETSTATUSREQUEST']._serialized_start=1451
+  _globals['_GETSTATUSREQUEST']._serialized_end=1469
+  _globals['_RUNSTATUS']._serialized_start=1472
+  _globals['_RUNSTATUS']._serialized_end=1701
+  _globals['_AGGREGATOR']._serialized_start=1761
+  _globals['_AGGREGATOR']._serialized_end=2161
 # @@protoc_insertion_point(module_scope)

@@ -39,26 +39,18 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("run_id", "workload", "num_sites", "seed", "lr", "batch_size", "local_steps", "data_dir", "samples_per_site")
+    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     NUM_SITES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
-    LR_FIELD_NUMBER: _ClassVar[int]
-    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
-    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
-    SAMPLES_PER_SITE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     workload: str
     num_sites: int
     seed: int
-    lr: float
-    batch_size: int
-    local_steps: int
     data_dir: str
-    samples_per_site: int
-    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., local_steps: _Optional[int] = ..., data_dir: _Optional[str] = ..., samples_per_site: _Optional[int] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "site_ids", "spec", "session_token")
@@ -83,7 +75,7 @@ class NextTaskRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., wait_s: _Optional[float] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "round", "site_id", "model_version", "local_steps", "lr", "batch_size", "seed", "data_scope", "deadline_s")
+    __slots__ = ("task_id", "round", "site_id", "model_version", "local_steps", "lr", "batch_size", "seed", "data_scope")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -93,7 +85,6 @@ class Task(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     DATA_SCOPE_FIELD_NUMBER: _ClassVar[int]
-    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     round: int
     site_id: str
@@ -103,8 +94,7 @@ class Task(_message.Message):
     batch_size: int
     seed: int
     data_scope: DataScope
-    deadline_s: float
-    def __init__(self, task_id: _Optional[str] = ..., round: _Optional[int] = ..., site_id: _Optional[str] = ..., model_version: _Optional[int] = ..., local_steps: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., data_scope: _Optional[_Union[DataScope, str]] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[str] = ..., round: _Optional[int] = ..., site_id: _Optional[str] = ..., model_version: _Optional[int] = ..., local_steps: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., data_scope: _Optional[_Union[DataScope, str]] = ...) -> None: ...
 
 class NextTaskResponse(_message.Message):
     __slots__ = ("tasks", "shutdown")

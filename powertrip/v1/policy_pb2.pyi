@@ -54,14 +54,6 @@ class SelectSitesRequest(_message.Message):
     work_model: str
     def __init__(self, policy: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_common_pb2.RoundRecord, _Mapping]]] = ..., update_size_bytes: _Optional[float] = ..., tau_s: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., comm_directions: _Optional[int] = ..., shadow: bool = ..., estimator: _Optional[str] = ..., site_columns: _Optional[_Union[_common_pb2.SiteColumns, _Mapping]] = ..., work_model: _Optional[str] = ...) -> None: ...
 
-class SiteScore(_message.Message):
-    __slots__ = ("site_id", "score")
-    SITE_ID_FIELD_NUMBER: _ClassVar[int]
-    SCORE_FIELD_NUMBER: _ClassVar[int]
-    site_id: str
-    score: float
-    def __init__(self, site_id: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
-
 class ShadowDecision(_message.Message):
     __slots__ = ("policy", "k", "predicted_round_time_s", "site_ids")
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -75,28 +67,24 @@ class ShadowDecision(_message.Message):
     def __init__(self, policy: _Optional[str] = ..., k: _Optional[int] = ..., predicted_round_time_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Selection(_message.Message):
-    __slots__ = ("policy", "site_ids", "k", "scores", "predicted_round_time_s", "explanation", "mode", "power_cap", "shadows", "stop")
+    __slots__ = ("policy", "site_ids", "k", "predicted_round_time_s", "explanation", "mode", "power_cap", "shadows")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     SITE_IDS_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
-    SCORES_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     POWER_CAP_FIELD_NUMBER: _ClassVar[int]
     SHADOWS_FIELD_NUMBER: _ClassVar[int]
-    STOP_FIELD_NUMBER: _ClassVar[int]
     policy: str
     site_ids: _containers.RepeatedScalarFieldContainer[str]
     k: int
-    scores: _containers.RepeatedCompositeFieldContainer[SiteScore]
     predicted_round_time_s: float
     explanation: str
     mode: SelectionMode
     power_cap: float
     shadows: _containers.RepeatedCompositeFieldContainer[ShadowDecision]
-    stop: bool
-    def __init__(self, policy: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., scores: _Optional[_Iterable[_Union[SiteScore, _Mapping]]] = ..., predicted_round_time_s: _Optional[float] = ..., explanation: _Optional[str] = ..., mode: _Optional[_Union[SelectionMode, str]] = ..., power_cap: _Optional[float] = ..., shadows: _Optional[_Iterable[_Union[ShadowDecision, _Mapping]]] = ..., stop: bool = ...) -> None: ...
+    def __init__(self, policy: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., predicted_round_time_s: _Optional[float] = ..., explanation: _Optional[str] = ..., mode: _Optional[_Union[SelectionMode, str]] = ..., power_cap: _Optional[float] = ..., shadows: _Optional[_Iterable[_Union[ShadowDecision, _Mapping]]] = ...) -> None: ...
 
 class ListPoliciesRequest(_message.Message):
     __slots__ = ()

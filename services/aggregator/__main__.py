@@ -15,6 +15,7 @@ from powertrip.service import (
     base_parser,
     channel_credentials,
     serve,
+    serve_options,
     setup_process,
 )
 from powertrip.v1 import aggregator_pb2_grpc
@@ -104,9 +105,12 @@ def main(argv: list[str] | None = None) -> int:
 
         threading.Thread(target=body, name="round-loop", daemon=True).start()
 
+    options = serve_options(SPEC, args)
+    if options is None:
+        return 2
     code = serve(
         SPEC,
-        args,
+        options,
         lambda server: aggregator_pb2_grpc.add_AggregatorServicer_to_server(servicer, server),
         [SERVICE_NAME],
         registry,

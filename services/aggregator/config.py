@@ -32,9 +32,6 @@ def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
         workload=run.workload,
         num_sites=run.num_sites,
         seed=run.seed,
-        lr=run.lr,
-        batch_size=run.batch_size,
-        local_steps=run.local_steps,
         data_dir=run.data_dir or "",
     )
 

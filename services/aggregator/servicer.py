@@ -96,7 +96,12 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                 "taken": grpc.StatusCode.ALREADY_EXISTS,
             }.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT)
             context.abort(code, str(exc))
-        log.info("worker %s registered %d site(s)", info.worker_id, len(info.site_ids))
+        log.info(
+            "worker %s (%s) registered %d site(s)",
+            info.worker_id,
+            request.device or "device not given",
+            len(info.site_ids),
+        )
         return aggregator_pb2.RegisterResponse(
             worker_id=info.worker_id,
             site_ids=info.site_ids,

@@ -1,8 +1,9 @@
 """When a run stops: the one place that decides it.
 
-The aggregator alone owns the stop decision; the policy's Selection.stop is not read. A
-run stops when a round reaches the target accuracy, when the time budget is spent (on the
-simulated clock, already when the next round would overrun it) or after max_rounds.
+The aggregator alone owns the stop decision; the policy sends none (Selection.stop is
+reserved in the contract). A run stops when a round reaches the target accuracy, when the
+time budget is spent (on the simulated clock, already when the next round would overrun
+it) or after max_rounds.
 Pure functions, so the rule is testable without a run.
 """
 

@@ -35,6 +35,5 @@ def round_tasks(
             data_scope=(
                 aggregator_pb2.DATA_SCOPE_POOLED if pooled else aggregator_pb2.DATA_SCOPE_SITE
             ),
-            deadline_s=run.round_deadline_s,
         )
     return tasks

@@ -6,14 +6,14 @@ Imports no torch, so the service is up in well under a second.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
 
 from prometheus_client import CollectorRegistry
 
 from powertrip.policyparams import CHOICES, decode
-from powertrip.service import ServiceSpec, serve, setup_process
+from powertrip.rpc.tls import TlsError, load_tls
+from powertrip.service import ServeOptions, ServiceSpec, serve, setup_process
 from powertrip.v1 import policy_pb2_grpc
 from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
 from services.policy.policies import REGISTRY
@@ -54,18 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     servicer = PolicyServicer(config, PolicyMetrics(registry))
     # powertrip.service.serve owns the parts every service shares: the metrics endpoint,
     # port-bind errors (exit 1), the "listening on port N" line launchers read, SIGTERM drain.
-    serve_args = argparse.Namespace(
+    try:
+        tls = load_tls(args)
+    except TlsError as exc:
+        print(f"policy: {exc}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
         port=config.port,
         host=config.host,
         metrics_port=config.metrics_port,
         grace_s=config.grace_s,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
+        tls=tls,
     )
     return serve(
         SPEC,
-        serve_args,
+        options,
         lambda server: policy_pb2_grpc.add_PolicyServicer_to_server(servicer, server),
         [SERVICE_NAME],
         registry,

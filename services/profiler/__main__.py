@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from powertrip.config import ConfigError, RunConfig
 from powertrip.power import TraceError
-from powertrip.service import ServiceSpec, base_parser, serve, setup_process
+from powertrip.service import ServiceSpec, base_parser, serve, serve_options, setup_process
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
@@ -71,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     registry = CollectorRegistry()
     servicer = ProfilerServicer(book, ProfilerMetrics(registry), args.probe_interval_s)
+    options = serve_options(SPEC, args)
+    if options is None:
+        return 2
     return serve(
         SPEC,
-        args,
+        options,
         lambda server: profiler_pb2_grpc.add_ProfilerServicer_to_server(servicer, server),
         [SERVICE_NAME],
         registry,

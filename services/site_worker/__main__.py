@@ -19,6 +19,7 @@ from powertrip.service import (
     base_parser,
     channel_credentials,
     serve,
+    serve_options,
     setup_process,
 )
 from powertrip.training import DEVICES, resolve_device
@@ -216,17 +217,20 @@ def main(argv: list[str] | None = None) -> int:
 
         threading.Thread(target=body, name="worker", daemon=True).start()
 
-    code = serve(
-        SPEC,
-        args,
-        lambda server: site_worker_pb2_grpc.add_SiteWorkerServicer_to_server(
-            SiteWorkerServicer(worker), server
-        ),
-        [SERVICE_NAME],
-        CollectorRegistry(),
-        on_started=work,
-        stop_event=stop,
-    )
+    options = serve_options(SPEC, args)  # None: a bad --tls-* flag, named on stderr
+    code = 2
+    if options is not None:
+        code = serve(
+            SPEC,
+            options,
+            lambda server: site_worker_pb2_grpc.add_SiteWorkerServicer_to_server(
+                SiteWorkerServicer(worker), server
+            ),
+            [SERVICE_NAME],
+            CollectorRegistry(),
+            on_started=work,
+            stop_event=stop,
+        )
     worker.stop()
     if reporter:
         reporter.stop()

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 
 def _initial_weights(workload, seed: int) -> dict[str, np.ndarray]:
-    # as the aggregator builds them (services.aggregator.logic.initial_weights)
+    # as the aggregator builds them (services.aggregator.evaluator.initial_weights)
     torch.manual_seed(seed)
     return {k: v.detach().numpy().copy() for k, v in workload.build_model().state_dict().items()}
 

@@ -20,5 +20,4 @@ class AllSites(Policy):
             order=order,
             predicted_round_time_s=predicted_time(ctx, order),
             explanation={"rule": "all alive sites", "k": int(len(order))},
-            scores=scores[order],
         )

@@ -185,8 +185,8 @@ class Decision:
     explanation: dict
     mode: str = FEDERATED
     power_cap: float = 0.0
+    #: the policy judges the target reached: explanation only, the aggregator decides
     stop: bool = False
-    scores: np.ndarray | None = None  # per selected site, same order
 
     @property
     def k(self) -> int:

@@ -34,7 +34,6 @@ class Centralized(Policy):
             },
             mode=CENTRALIZED,
             power_cap=cap,
-            scores=ctx.table.power[host],
         )
 
 

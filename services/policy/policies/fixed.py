@@ -29,5 +29,4 @@ class RankedTopK(Policy):
             order=chosen,
             predicted_round_time_s=predicted_time(ctx, chosen),
             explanation=explanation,
-            scores=values[chosen],
         )

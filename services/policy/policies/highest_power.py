@@ -43,5 +43,4 @@ class HighestPower(PowerTrip):
             order=chosen,
             predicted_round_time_s=predicted_time(ctx, chosen),
             explanation={"rule": f"fixed k: {self.ranking}", "k": k, "alive": int(len(order))},
-            scores=ctx.table.power[chosen],
         )

@@ -188,7 +188,6 @@ class PowerTrip(Policy):
             predicted_round_time_s=float(times[k - 1]),
             explanation=explanation,
             stop=stop,
-            scores=scores[chosen],
         )
 
     # ---- gain=feedback (default) -------------------------------------------------------

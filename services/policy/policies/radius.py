@@ -33,5 +33,4 @@ class Radius(Policy):
             order=inside,
             predicted_round_time_s=predicted_time(ctx, inside),
             explanation={"rule": note, "k": int(len(inside)), "radius_miles": radius},
-            scores=scores[inside],
         )

@@ -60,5 +60,4 @@ class StaticK(RankedTopK):
             order=chosen,
             predicted_round_time_s=predicted_time(ctx, chosen),
             explanation=explanation,
-            scores=scores[chosen],
         )
