@@ -177,6 +177,10 @@ class RunConfig:
             if not ok:
                 raise ConfigError(f"{name}: {message}")
 
+        for name, allowed in FIELD_CHOICES.items():  # the same words as the coercion path's
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         need(self.num_sites >= 1, "num_sites (--sites)", f"must be >= 1, got {self.num_sites}")
         need(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
         need(self.max_sim_hours >= 0, "max_sim_hours", f"must be >= 0, got {self.max_sim_hours}")
@@ -190,22 +194,6 @@ class RunConfig:
             need(
                 self.update_size_gb > 0, "update_size_gb", f"must be > 0, got {self.update_size_gb}"
             )
-        need(self.clock in CLOCKS, "clock", f"{self.clock!r} is not one of {', '.join(CLOCKS)}")
-        need(
-            self.work_model in WORK_MODELS,
-            "work_model",
-            f"{self.work_model!r} is not one of {', '.join(WORK_MODELS)}",
-        )
-        need(
-            self.estimator in ESTIMATORS,
-            "estimator",
-            f"{self.estimator!r} is not one of {', '.join(ESTIMATORS)}",
-        )
-        need(
-            self.power in POWER_MODES,
-            "power",
-            f"{self.power!r} is not one of {', '.join(POWER_MODES)}",
-        )
         need(self.comm_directions in (1, 2), "comm_directions", "must be 1 (upload) or 2 (both)")
         need(self.aggregation_s >= 0, "aggregation_s", f"must be >= 0, got {self.aggregation_s}")
         need(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -221,11 +209,6 @@ class RunConfig:
             0 <= self.min_distance_miles <= self.max_distance_miles,
             "min_distance_miles",
             "must satisfy 0 <= min_distance_miles <= max_distance_miles",
-        )
-        need(
-            self.distance_distribution in DISTANCE_DISTRIBUTIONS,
-            "distance_distribution",
-            f"{self.distance_distribution!r} is not one of {', '.join(DISTANCE_DISTRIBUTIONS)}",
         )
         need(
             self.distance_distribution != "calibrated"
@@ -260,11 +243,6 @@ class RunConfig:
             self.train_threads >= 0,
             "train_threads",
             f"must be >= 0 (0 = one per CPU core), got {self.train_threads}",
-        )
-        need(
-            self.trainer in TRAINERS,
-            "trainer",
-            f"must be one of {', '.join(TRAINERS)}, got {self.trainer!r}",
         )
         need(self.site_batch >= 1, "site_batch", f"must be >= 1, got {self.site_batch}")
         need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")
