@@ -7,17 +7,26 @@ otherwise be copied four times (port-bind errors, the metrics endpoint, signals)
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
 from powertrip.heap import keep_buffers_on_heap
-from powertrip.rpc.server import PortInUseError, RunningServer, start_server, wait_for_termination
+from powertrip.rpc.server import (
+    PortInUseError,
+    RunningServer,
+    handle_stop_signals,
+    start_server,
+    wait_for_termination,
+)
 from powertrip.rpc.tls import TlsError, TlsFiles, add_tls_flags, load_tls
 
 
@@ -81,6 +90,7 @@ def base_parser(spec: ServiceSpec) -> argparse.ArgumentParser:
         default=os.environ.get("POWERTRIP_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING or ERROR (env POWERTRIP_LOG_LEVEL)",
     )
+    add_log_format_flag(parser, default=default_log_format())
     parser.add_argument("--grace-s", type=float, default=5.0, help="drain time on SIGTERM")
     add_tls_flags(parser)
     return parser
@@ -129,14 +139,82 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
     return tls.channel_credentials() if tls else None
 
 
-def setup_process(level: str, name: str) -> None:
-    """Logging in one format for every service, and the process set-up they all share: large
-    message buffers kept on the heap (`powertrip.heap`)."""
+LOG_FORMATS = ("text", "json")
+LOG_FORMAT_ENV = "POWERTRIP_LOG_FORMAT"
+
+
+def default_log_format(env: dict[str, str] | None = None) -> str:
+    """POWERTRIP_LOG_FORMAT when set (checked by the flag's choices), else "text"."""
+    env = os.environ if env is None else env
+    return env.get(LOG_FORMAT_ENV, "").strip().lower() or "text"
+
+
+def add_log_format_flag(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """--log-format {text,json}; the policy service passes default=None (its own layering
+    resolves the environment)."""
+    parser.add_argument(
+        "--log-format",
+        dest="log_format",
+        choices=LOG_FORMATS,
+        default=default,
+        help=f"text, or json: one JSON object per line (env {LOG_FORMAT_ENV})",
+    )
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ISO 8601 with milliseconds), level, service,
+    logger, message, and exc_info (the formatted traceback) when the record has one, so a
+    log shipper can index the fields without parsing text."""
+
+    def __init__(self, service: str):
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, UTC)
+        entry = {
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "service": self.service,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def log_handler(name: str, log_format: str = "text") -> logging.Handler:
+    """A stderr handler in `log_format` ("text" or "json") for service `name`."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format {log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter(name))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s"))
+    return handler
+
+
+def setup_process(level: str, name: str, log_format: str | None = None) -> None:
+    """Logging in one format for every service (`log_format` "text", or "json" for one JSON
+    object per line; None = POWERTRIP_LOG_FORMAT or text), and the process set-up they all
+    share: large message buffers kept on the heap (`powertrip.heap`). A format other than
+    text or json (from the environment: flags are checked by argparse) exits 2, named."""
+    log_format = log_format or default_log_format()
+    if log_format not in LOG_FORMATS:
+        print(
+            f"{name}: log format {log_format!r} ({LOG_FORMAT_ENV}) is not one of "
+            f"{', '.join(LOG_FORMATS)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     keep_buffers_on_heap()
     logging.basicConfig(
         level=getattr(logging, str(level).upper(), logging.INFO),
-        format=f"%(asctime)s {name} %(levelname)s %(message)s",
-        stream=sys.stderr,
+        handlers=[log_handler(name, log_format)],
     )
 
 
@@ -153,6 +231,8 @@ def serve(
 ) -> int:
     """Start metrics and the gRPC server, block until a signal, drain; return an exit code."""
     log = logging.getLogger(spec.name)
+    # signals first: one that arrives while the server starts still drains it
+    stop_event = handle_stop_signals(stop_event or threading.Event())
     if options.metrics_port:
         try:
             start_http_server(options.metrics_port, registry=registry)
@@ -171,6 +251,7 @@ def serve(
             host=options.host,
             credentials=tls.server_credentials() if tls else None,
             max_workers=max_workers,
+            registry=registry,
         )
     except PortInUseError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr)

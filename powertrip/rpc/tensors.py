@@ -64,19 +64,27 @@ def encode_tensors(
     arrays: Mapping[str, np.ndarray],
     chunk_bytes: int = CHUNK_BYTES,
     into: Callable[[], Message] | None = None,
+    start: tuple[int, int] = (0, 0),
 ) -> Iterator[Message]:
     """Yield chunks for every tensor in order; an empty tensor still yields one chunk.
 
     With `into` (a message class with a `chunk` field, e.g. UploadDeltaRequest) each chunk is
     written straight into a new outer message and that is yielded: wrapping a finished
     TensorChunk would copy its megabyte of data once more.
+
+    `start` = (tensor index, byte offset in it): begin there, as a resumed upload does
+    (`TensorAssembler.position` on the receiving end); earlier bytes are not sent.
     """
     count = len(arrays)
+    first, skip = start
     for index, (name, array) in enumerate(arrays.items()):
+        if index < first:
+            continue
         raw = _little_endian_bytes(array)
         shape = [int(d) for d in array.shape]
         dtype = str(array.dtype)
-        offsets = range(0, max(len(raw), 1), chunk_bytes)
+        begin = skip if index == first else 0
+        offsets = range(begin, max(len(raw), 1), chunk_bytes)
         for offset in offsets:
             data = bytes(raw[offset : offset + chunk_bytes])
             if into is None:
@@ -157,6 +165,27 @@ class TensorAssembler:
             )
         self._buffers[index][chunk.offset : end] = data
         self._filled[index] = end
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(tensor index, byte offset) where the next chunk must start: every earlier byte
+        arrived and passed its checks. A resumed upload starts here."""
+        if not self._specs:
+            return (0, 0)
+        last = len(self._specs) - 1
+        if self._filled[last] < self._specs[last].nbytes:
+            return (last, self._filled[last])
+        return (last + 1, 0)
+
+    @property
+    def bytes_held(self) -> int:
+        """Tensor bytes that arrived and passed their checks."""
+        return sum(self._filled)
+
+    @property
+    def bytes_allocated(self) -> int:
+        """Memory taken by the buffers of the tensors started so far."""
+        return sum(len(buf) for buf in self._buffers)
 
     def _start_tensor(self, chunk: common_pb2.TensorChunk) -> None:
         if self._specs and self._filled[-1] != self._specs[-1].nbytes:

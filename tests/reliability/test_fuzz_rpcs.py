@@ -116,6 +116,14 @@ def _call(channel: grpc.Channel, service: str, method: fd.MethodDescriptor, payl
         return exc.code()
 
 
+def _parses(method: fd.MethodDescriptor, data: bytes) -> bool:
+    try:
+        message_factory.GetMessageClass(method.input_type).FromString(data)
+    except Exception:  # noqa: BLE001 - any failure to parse
+        return False
+    return True
+
+
 def _rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -197,6 +205,11 @@ def test_fuzz_every_rpc_keeps_services_healthy(services, kind):
         # never a server crash or a hang: UNKNOWN means an unhandled exception in a handler
         assert code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED), (
             service, method.name, code)  # fmt: skip
+        # bytes that are not the request type are the caller's fault, never INTERNAL (#18):
+        # a malformed first message is INVALID_ARGUMENT (every streaming servicer reads it)
+        assert code != grpc.StatusCode.INTERNAL, (service, method.name, payloads)
+        if not _parses(method, payloads[0]):
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (service, method.name, code)
         seen.setdefault(f"{service}.{method.name}", set()).add(code.name)
 
     try:
