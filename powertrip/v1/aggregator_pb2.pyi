@@ -12,8 +12,17 @@ class DataScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     DATA_SCOPE_SITE: _ClassVar[DataScope]
     DATA_SCOPE_POOLED: _ClassVar[DataScope]
+
+class UploadState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UPLOAD_STATE_NONE: _ClassVar[UploadState]
+    UPLOAD_STATE_PARTIAL: _ClassVar[UploadState]
+    UPLOAD_STATE_ACCEPTED: _ClassVar[UploadState]
 DATA_SCOPE_SITE: DataScope
 DATA_SCOPE_POOLED: DataScope
+UPLOAD_STATE_NONE: UploadState
+UPLOAD_STATE_PARTIAL: UploadState
+UPLOAD_STATE_ACCEPTED: UploadState
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker_id", "site_ids", "site_count", "device", "join_token", "site_tokens")
@@ -115,7 +124,7 @@ class DownloadModelRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., model_version: _Optional[int] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class DeltaHeader(_message.Message):
-    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token")
+    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token", "resume")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +135,7 @@ class DeltaHeader(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     site_id: str
     round: int
@@ -136,7 +146,16 @@ class DeltaHeader(_message.Message):
     steps: int
     worker_id: str
     session_token: str
-    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ...) -> None: ...
+    resume: UploadPosition
+    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ..., resume: _Optional[_Union[UploadPosition, _Mapping]] = ...) -> None: ...
+
+class UploadPosition(_message.Message):
+    __slots__ = ("tensor_index", "offset")
+    TENSOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    tensor_index: int
+    offset: int
+    def __init__(self, tensor_index: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class UploadDeltaRequest(_message.Message):
     __slots__ = ("header", "chunk")
@@ -155,6 +174,32 @@ class UploadDeltaResponse(_message.Message):
     bytes_received: int
     reason: str
     def __init__(self, accepted: bool = ..., bytes_received: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class UploadStatusRequest(_message.Message):
+    __slots__ = ("task_id", "site_id", "round", "worker_id", "session_token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SITE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    site_id: str
+    round: int
+    worker_id: str
+    session_token: str
+    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ...) -> None: ...
+
+class UploadStatusResponse(_message.Message):
+    __slots__ = ("state", "next", "bytes_held", "total_bytes")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_HELD_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    state: UploadState
+    next: UploadPosition
+    bytes_held: int
+    total_bytes: int
+    def __init__(self, state: _Optional[_Union[UploadState, str]] = ..., next: _Optional[_Union[UploadPosition, _Mapping]] = ..., bytes_held: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

@@ -55,6 +55,11 @@ class AggregatorStub(object):
                 request_serializer=powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaRequest.SerializeToString,
                 response_deserializer=powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaResponse.FromString,
                 _registered_method=True)
+        self.UploadStatus = channel.unary_unary(
+                '/powertrip.v1.Aggregator/UploadStatus',
+                request_serializer=powertrip_dot_v1_dot_aggregator__pb2.UploadStatusRequest.SerializeToString,
+                response_deserializer=powertrip_dot_v1_dot_aggregator__pb2.UploadStatusResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/powertrip.v1.Aggregator/GetStatus',
                 request_serializer=powertrip_dot_v1_dot_aggregator__pb2.GetStatusRequest.SerializeToString,
@@ -87,7 +92,15 @@ class AggregatorServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def UploadDelta(self, request_iterator, context):
-        """A site's delta: a header, then raw-byte tensor chunks.
+        """A site's delta: a header, then raw-byte tensor chunks. A stream cut mid-upload may be
+        resumed within the round: UploadStatus says where, and the header's `resume` says so.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadStatus(self, request, context):
+        """Where an interrupted upload of a task's delta stands on the aggregator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,6 +135,11 @@ def add_AggregatorServicer_to_server(servicer, server):
                     servicer.UploadDelta,
                     request_deserializer=powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaRequest.FromString,
                     response_serializer=powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaResponse.SerializeToString,
+            ),
+            'UploadStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.UploadStatus,
+                    request_deserializer=powertrip_dot_v1_dot_aggregator__pb2.UploadStatusRequest.FromString,
+                    response_serializer=powertrip_dot_v1_dot_aggregator__pb2.UploadStatusResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -237,6 +255,33 @@ class Aggregator(object):
             '/powertrip.v1.Aggregator/UploadDelta',
             powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaRequest.SerializeToString,
             powertrip_dot_v1_dot_aggregator__pb2.UploadDeltaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/powertrip.v1.Aggregator/UploadStatus',
+            powertrip_dot_v1_dot_aggregator__pb2.UploadStatusRequest.SerializeToString,
+            powertrip_dot_v1_dot_aggregator__pb2.UploadStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

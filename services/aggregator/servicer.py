@@ -1,43 +1,24 @@
 """gRPC face of the aggregator: registration, long-poll tasks, model download, delta upload.
 
-Every rejected delta gets a specific status code and a `powertrip_delta_rejected_total`
-increment with its reason, and never reaches FedAvg.
+The delta-upload path (UploadDelta, UploadStatus: checks, rejections, resumable uploads)
+lives in services.aggregator.uploads.DeltaReceiver, which the servicer owns and delegates
+to.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 
 import grpc
 
-from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, TensorStreamError
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RegistrationError, tokens_match
+from services.aggregator.uploads import DeltaReceiver
 
 SERVICE_NAME = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"].full_name
 MAX_LONG_POLL_S = 30.0
 log = logging.getLogger("aggregator")
-
-#: Largest single upload message: one <= 1 MiB chunk plus its fields. Anything bigger is
-#: refused by us (RESOURCE_EXHAUSTED, reason oversized_message) before gRPC's own 4 MiB cap.
-MAX_UPLOAD_MESSAGE_BYTES = CHUNK_BYTES + 64 * 1024
-
-
-def stream_error_status(reason: str) -> grpc.StatusCode:
-    """Too much data is a resource problem; every other malformed stream is a bad argument."""
-    return (
-        grpc.StatusCode.RESOURCE_EXHAUSTED
-        if reason == "oversized"
-        else (grpc.StatusCode.INVALID_ARGUMENT)
-    )
-
-
-class Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str):
-        super().__init__(message)
-        self.code, self.reason = code, reason
 
 
 class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
@@ -55,6 +36,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         self.join_token = join_token
         self.site_tokens = dict(site_tokens or {})
         self._token_owner = {token: site for site, token in self.site_tokens.items()}
+        self.uploads = DeltaReceiver(state, metrics)
 
     def _check_site_tokens(self, request, context) -> None:
         """Per-site tokens: a worker may host a site only with that site's own token."""
@@ -136,142 +118,12 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             yield chunk
 
     def UploadDelta(self, request_iterator, context):
-        try:
-            header, arrays, received = self._receive(request_iterator, context)
-        except Rejected as exc:
-            self.metrics.rejected.labels(exc.reason).inc()
-            log.warning("rejected delta: %s (%s)", exc, exc.reason)
-            context.abort(exc.code, f"{exc} [reason={exc.reason}]")
-        self.metrics.transfer.labels("up").inc(received)
-        try:
-            self._accept(header, arrays, received)
-        except Rejected as exc:
-            self.metrics.rejected.labels(exc.reason).inc()
-            context.abort(exc.code, f"{exc} [reason={exc.reason}]")
-        return aggregator_pb2.UploadDeltaResponse(accepted=True, bytes_received=received)
+        return self.uploads.upload(request_iterator, context)
 
-    def _receive(self, request_iterator, context):
-        iterator = iter(request_iterator)
-        try:
-            first = next(iterator, None)
-        except grpc.RpcError:
-            raise self._aborted() from None
-        if first is None or first.WhichOneof("part") != "header":
-            raise Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT, "no_header", "stream must start with a header"
-            )
-        header = first.header
-        info = self.state.authenticate(header.worker_id, header.session_token)
-        if info is None:
-            raise Rejected(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", "bad session token")
-        with self.state.lock:
-            hosted = [s for s in info.site_ids if self.state.site_owner.get(s) == info.worker_id]
-        self._check_task(header, hosted)
-        with self.state.lock:
-            layout, limit = list(self.state.layout), self.state.model_bytes
-        assembler = TensorAssembler(expected=layout, max_total_bytes=limit)
-        try:
-            for message in iterator:
-                if message.WhichOneof("part") != "chunk":
-                    raise Rejected(
-                        grpc.StatusCode.INVALID_ARGUMENT, "order", "second header in stream"
-                    )
-                if message.ByteSize() > MAX_UPLOAD_MESSAGE_BYTES:
-                    raise Rejected(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        "oversized_message",
-                        f"a {message.ByteSize()}-byte message; chunks are at most "
-                        f"{CHUNK_BYTES} bytes",
-                    )
-                assembler.add(message.chunk)
-            arrays = assembler.finish(check_finite=True)
-        except TensorStreamError as exc:
-            raise Rejected(stream_error_status(exc.reason), exc.reason, str(exc)) from None
-        except grpc.RpcError:
-            raise self._aborted() from None
-        return header, arrays, assembler.bytes_received
-
-    @staticmethod
-    def _aborted() -> Rejected:
-        """gRPC broke the stream under us: a message over the transport's 4 MiB cap (the
-        client already has RESOURCE_EXHAUSTED) or a client that vanished mid-upload."""
-        return Rejected(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            "stream_aborted",
-            "the upload stream broke (message over the size cap, or the client went away)",
-        )
-
-    def _check_task(self, header, hosted: list[str]) -> None:
-        state = self.state
-        if header.site_id not in state.site_owner and header.site_id not in set(state.all_sites):
-            raise Rejected(
-                grpc.StatusCode.NOT_FOUND, "unknown_site", f"unknown site {header.site_id!r}"
-            )
-        if header.site_id not in hosted:
-            raise Rejected(
-                grpc.StatusCode.PERMISSION_DENIED,
-                "wrong_identity",
-                f"worker {header.worker_id!r} does not host {header.site_id!r}",
-            )
-        if header.num_samples < 1:
-            raise Rejected(
-                grpc.StatusCode.INVALID_ARGUMENT, "num_samples", "num_samples must be >= 1"
-            )
-        with state.lock:
-            current = state.current
-            if current is None or header.round != current.round:
-                have = current.round if current else state.round_no
-                raise Rejected(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "future_round" if header.round > have else "stale_round",
-                    f"delta for round {header.round}, current round is {have}",
-                )
-            task = current.tasks.get(header.task_id)
-            if task is None or task.site_id != header.site_id:
-                raise Rejected(
-                    grpc.StatusCode.NOT_FOUND, "unknown_task", f"no task {header.task_id!r}"
-                )
-            if header.model_version != task.model_version:
-                raise Rejected(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "stale_model",
-                    f"delta against model {header.model_version}, task was {task.model_version}",
-                )
-            if current.has_delta(header.site_id):
-                raise Rejected(
-                    grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
-                )
-
-    def _accept(self, header, arrays, received: int) -> None:
-        """Claim the site's place under the state lock, sum its delta under the round's own
-        lock, then book it: polls and authentication never wait on FedAvg arithmetic. A
-        claimed delta is summed exactly once; a second upload of the site is a duplicate."""
-        site = header.site_id
-        with self.state.lock:
-            current = self.state.current
-            if current is None or current.round != header.round:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "stale_round", "round ended")
-            if current.has_delta(site):
-                raise Rejected(
-                    grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
-                )
-            current.accepting.add(site)
-        try:
-            current.fedavg.add(site, arrays, float(header.num_samples))
-        except BaseException:
-            with self.state.lock:
-                current.accepting.discard(site)
-                self.state.changed.notify_all()
-            raise
-        with self.state.lock:
-            current.accepting.discard(site)
-            current.received.add(site)
-            current.train_loss[site] = header.train_loss
-            current.finished_at[site] = time.monotonic()
-            current.compute_wall_s[site] = header.compute_wall_s
-            current.steps[site] = header.steps
-            current.bytes_up += received
-            self.state.changed.notify_all()
+    def UploadStatus(self, request, context):
+        """Where the task's upload stands: accepted, held up to a position, or nothing."""
+        info = self._worker(request.worker_id, request.session_token, context)
+        return self.uploads.status(request, info, context)
 
     def GetStatus(self, request, context):
         with self.state.lock:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from powertrip.rpc.tensors import TensorSpec, encode_tensors, layout_of
+from powertrip.rpc.tensors import TensorAssembler, TensorSpec, encode_tensors, layout_of
 from powertrip.v1 import aggregator_pb2, common_pb2
 from services.aggregator.accumulator import RoundAccumulator
 
@@ -44,6 +44,30 @@ class WorkerInfo:
     wake: threading.Event = field(default_factory=threading.Event)
 
 
+#: Verified bytes of interrupted uploads one worker may leave held at once (their tensor
+#: buffers); at least one model's worth is always allowed. Past it the oldest held
+#: upload of that worker is dropped (its site then re-sends everything).
+HELD_BYTES_PER_WORKER = 4 << 30
+
+
+@dataclass(eq=False)
+class PartialUpload:
+    """One site's delta as it arrives in a round: its header (without `resume`) and the
+    assembler holding the chunks that passed their checks. One stream writes to it at a
+    time, under `lock`: `owner` is that stream's handle; None while it is held for a resume
+    after its stream broke. A stream that finds another owner was superseded by a resume."""
+
+    header: aggregator_pb2.DeltaHeader
+    assembler: TensorAssembler
+    owner: object | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    held_since: float = 0.0
+
+    @property
+    def worker_id(self) -> str:
+        return self.header.worker_id
+
+
 @dataclass
 class RoundInProgress:
     round: int
@@ -64,6 +88,9 @@ class RoundInProgress:
     finished_at: dict[str, float] = field(default_factory=dict)
     compute_wall_s: dict[str, float] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    #: site id -> its latest upload of this round that is streaming or was cut mid-stream
+    #: (held for a resume); gone once complete or rejected, all dropped at the round's close
+    partials: dict[str, PartialUpload] = field(default_factory=dict)
 
     @property
     def expected(self) -> set[str]:
@@ -143,6 +170,7 @@ class AggregatorState:
                 sites = free[:count]
             if previous:  # a re-registering worker keeps its old sites too
                 sites = sorted(set(previous.site_ids) | set(sites))
+                self._drop_partials(worker_id)  # held under the old session: unusable now
             info = WorkerInfo(worker_id, secrets.token_hex(16), sites)
             self.workers[worker_id] = info
             for site in sites:
@@ -157,6 +185,52 @@ class AggregatorState:
             self.status.registered_sites = len(self.site_owner)
             self.changed.notify_all()
             return info
+
+    def _drop_partials(self, worker_id: str) -> None:
+        current = self.current
+        if current is not None:
+            for site, upload in list(current.partials.items()):
+                if upload.worker_id == worker_id:
+                    del current.partials[site]
+
+    # ---- interrupted uploads -------------------------------------------------------------
+    def hold_partial(self, upload: PartialUpload, stream: object) -> bool:
+        """`stream` broke: keep its upload's verified bytes for a resume, if it is still
+        the site's latest upload in the current round and still `stream`'s, within the
+        worker's cap (older held uploads of the worker make room first). True if held."""
+        with self.lock:
+            current = self.current
+            site = upload.header.site_id
+            if current is None or current.round != upload.header.round:
+                return False
+            if current.partials.get(site) is not upload:
+                return False
+            with upload.lock:
+                if upload.owner is not stream:
+                    return False  # a resume took it over: that stream decides now
+                upload.owner = None
+                upload.held_since = time.monotonic()
+            cap = max(HELD_BYTES_PER_WORKER, self.model_bytes)
+            held = sorted(
+                (p for p in current.partials.values()
+                 if p.worker_id == upload.worker_id and p.owner is None),
+                key=lambda p: p.held_since,
+            )  # fmt: skip
+            total = sum(p.assembler.bytes_allocated for p in held)
+            for oldest in held:
+                if total <= cap:
+                    break
+                total -= oldest.assembler.bytes_allocated
+                del current.partials[oldest.header.site_id]
+            return current.partials.get(site) is upload
+
+    def drop_partial(self, upload: PartialUpload) -> None:
+        """The upload completed or was rejected: nothing of it may be resumed."""
+        with self.lock:
+            current = self.current
+            site = upload.header.site_id
+            if current is not None and current.partials.get(site) is upload:
+                del current.partials[site]
 
     def _requeue_open_tasks(self, info: WorkerInfo) -> None:
         """A (re)joining worker gets the current round's tasks its sites still owe."""
@@ -251,6 +325,7 @@ class AggregatorState:
                 progress.complete, timeout=max(0.0, deadline - time.monotonic())
             )
             self.current = None
+            progress.partials.clear()  # interrupted uploads of the round can no longer finish
             self.changed.wait_for(lambda: not progress.accepting)
             missing = [] if finished else sorted(progress.expected - progress.received)
             progress.failed.update(missing)

@@ -33,6 +33,32 @@ from services.site_worker.config import WorkerConfig
 
 log = logging.getLogger("site_worker")
 
+#: A broken upload stream is resumed on these (ABORTED: a resume the aggregator could not
+#: match, e.g. its copy moved on meanwhile; the next UploadStatus tells where it stands)
+RESUMABLE_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED}
+)
+#: An upload and its resumes get this many times the first stream's deadline in all
+UPLOAD_WINDOW = 2.0
+#: Pause before a resume: first, then doubling up to the second
+RESUME_BACKOFF_S = (0.25, 4.0)
+STATUS_TIMEOUT_S = 30.0
+
+
+def _delta_messages(
+    header: aggregator_pb2.DeltaHeader, arrays: dict, start: tuple[int, int] | None = None
+) -> Iterator[aggregator_pb2.UploadDeltaRequest]:
+    """The upload stream: the header, then the chunks; from `start` (tensor index, byte
+    offset) on, with the header's `resume` set, when continuing an interrupted upload."""
+    if start is not None:
+        resumed = aggregator_pb2.DeltaHeader()
+        resumed.CopyFrom(header)
+        resumed.resume.SetInParent()  # present even at (0, 0)
+        resumed.resume.tensor_index, resumed.resume.offset = start
+        header = resumed
+    yield aggregator_pb2.UploadDeltaRequest(header=header)
+    yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest, start=start or (0, 0))
+
 
 @dataclass
 class WorkerCounters:
@@ -48,11 +74,23 @@ class SiteWorker:
         self.counters = WorkerCounters()
         self.site_ids: list[str] = []
         self._stop = False
+        self._channel: grpc.Channel | None = None
         self._count_lock = threading.Lock()
         torch.set_num_threads(config.threads)
 
     def stop(self) -> None:
+        """Stop promptly (SIGTERM): take no more tasks, train no further site, upload
+        nothing more, and cut the long poll or transfer in flight (closing the channel ends
+        its calls with CANCELLED). A site whose training has begun is not interrupted; the
+        process leaves without it (services.site_worker.__main__.STOP_WAIT_S)."""
         self._stop = True
+        channel = self._channel
+        if channel is not None:
+            channel.close()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop
 
     # ---- set-up ------------------------------------------------------------------------
     def register(self, stub: aggregator_pb2_grpc.AggregatorStub) -> aggregator_pb2.RegisterResponse:
@@ -167,6 +205,11 @@ class SiteWorker:
         return groups
 
     def upload(self, stub, session: str, task, result, wall_s: float) -> None:
+        """Stream one delta. When the stream breaks (UNAVAILABLE: the link or connection
+        went; DEADLINE_EXCEEDED) the upload resumes within its window (UPLOAD_WINDOW x the
+        first attempt's deadline): UploadStatus says how much of it the aggregator holds,
+        verified, and the next stream sends only the rest. The aggregator ends the window
+        early when the round closes (FAILED_PRECONDITION: the delta is too late)."""
         arrays = {k: v.numpy() for k, v in result.delta.items()}
         header = aggregator_pb2.DeltaHeader(
             task_id=task.task_id,
@@ -181,18 +224,67 @@ class SiteWorker:
             session_token=session,
         )
         nbytes = sum(a.nbytes for a in arrays.values())
-
-        def messages() -> Iterator[aggregator_pb2.UploadDeltaRequest]:
-            yield aggregator_pb2.UploadDeltaRequest(header=header)
-            yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest)
-
-        stub.UploadDelta(messages(), timeout=deadline_for(nbytes))
+        first_deadline = deadline_for(nbytes)
+        window_end = time.monotonic() + UPLOAD_WINDOW * first_deadline
+        backoff = RESUME_BACKOFF_S[0]
+        attempt = 0
+        while True:
+            try:
+                if attempt == 0:
+                    stub.UploadDelta(_delta_messages(header, arrays), timeout=first_deadline)
+                else:
+                    self._resume_upload(stub, header, arrays, window_end)
+                break
+            except grpc.RpcError as exc:
+                left = window_end - time.monotonic()
+                if exc.code() not in RESUMABLE_CODES or left <= backoff:
+                    raise
+                log.info(
+                    "upload for %s broke (%s: %s); resuming in %.2fs",
+                    task.task_id, exc.code().name, exc.details(), backoff,
+                )  # fmt: skip
+                time.sleep(backoff)
+                backoff = min(2 * backoff, RESUME_BACKOFF_S[1])
+                attempt += 1
         with self._count_lock:  # training threads upload concurrently
             self.counters.bytes_up += nbytes
+
+    def _resume_upload(self, stub, header, arrays: dict, window_end: float) -> None:
+        """Ask where the aggregator's copy of this upload ends and send the rest; nothing
+        if it already accepted the delta (the reply to the broken stream was what got lost)."""
+        status = stub.UploadStatus(
+            aggregator_pb2.UploadStatusRequest(
+                task_id=header.task_id,
+                site_id=header.site_id,
+                round=header.round,
+                worker_id=header.worker_id,
+                session_token=header.session_token,
+            ),
+            timeout=max(0.1, min(STATUS_TIMEOUT_S, window_end - time.monotonic())),
+            wait_for_ready=True,  # the link may still be coming back
+        )
+        if status.state == aggregator_pb2.UPLOAD_STATE_ACCEPTED:
+            log.info("upload for %s: the aggregator already has it", header.task_id)
+            return
+        start = None
+        if status.state == aggregator_pb2.UPLOAD_STATE_PARTIAL:
+            start = (status.next.tensor_index, status.next.offset)
+            log.info(
+                "upload for %s resumes at tensor %d byte %d (%d bytes held)",
+                header.task_id, *start, status.bytes_held,
+            )  # fmt: skip
+        stub.UploadDelta(
+            _delta_messages(header, arrays, start),
+            timeout=max(0.1, window_end - time.monotonic()),
+            wait_for_ready=True,
+        )
 
     def run(self) -> int:
         """Work until the aggregator says the run is over; return an exit code."""
         with open_channel(self.config.aggregator, self.config.credentials) as channel:
+            self._channel = channel
+            if self._stop:  # stopped before the channel existed
+                return 0
             stub = aggregator_pb2_grpc.AggregatorStub(channel)
             reply = self.register(stub)
             self.site_ids = list(reply.site_ids)
@@ -221,6 +313,8 @@ class SiteWorker:
                     timeout=self.config.poll_s + 10,
                 )
             except grpc.RpcError as exc:
+                if self._stop:
+                    break
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     log.info("aggregator unavailable; the run is over or restarting")
                     self.counters.state = "done"
@@ -232,6 +326,8 @@ class SiteWorker:
                 return 0
             groups = self.task_groups(polled.tasks)
             for version in dict.fromkeys(group[0].model_version for group in groups):
+                if self._stop:
+                    break
                 if cached is None or cached[0] != version:
                     cached = (version, self.download(stub, session, version))
                 weights = cached[1]
@@ -242,12 +338,20 @@ class SiteWorker:
                 else:  # list() waits for every group and re-raises the first failure here
                     args = (repeat(stub), repeat(session), same, repeat(weights))
                     list(pool.map(self.train_and_upload, *args))
+        if self._stop:
+            log.info("stopped; %d task(s) done", self.counters.tasks_done)
+            self.counters.state = "stopped"
         return 0
 
     def train_and_upload(self, stub, session: str, group: list, weights: dict) -> None:
         """Train one group of tasks and upload each delta; a rejected upload is logged and
-        skipped (the aggregator has already counted it and closes the round without it)."""
+        skipped (the aggregator has already counted it and closes the round without it).
+        Once the worker is stopping nothing more is trained or uploaded."""
+        if self._stop:
+            return
         for task, (result, wall_s) in zip(group, self.train(group, weights), strict=True):
+            if self._stop:
+                return
             try:
                 self.upload(stub, session, task, result, wall_s)
             except grpc.RpcError as exc:
