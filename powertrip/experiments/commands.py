@@ -207,6 +207,7 @@ def _render(path: Path) -> None:
 
 def run(config: RunConfig, args: argparse.Namespace) -> int:
     out = _out_dir(args, f"runs/{config.policy}-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.out = str(out)  # where an interrupted run can be resumed from (cli._resume_hint)
     out.mkdir(parents=True, exist_ok=True)
     resume = bool(getattr(args, "resume", None))
     config.write_yaml(out / runfiles.REQUESTED_CONFIG)

@@ -54,7 +54,7 @@ from powertrip.experiments.suite import (
     static_arm,
     sweep_ks,
 )
-from powertrip.paper import FIGURES, SUITES, VARIANTS
+from powertrip.paper import SUITES, VARIANTS
 
 DEFAULT_SEEDS = 3
 DEFAULT_BUDGET_FACTOR = 1.5
@@ -117,7 +117,7 @@ def execute(
 ) -> list[RunLog]:
     """Run what is not done yet, group by group (one profiler + policy per group)."""
     from powertrip.experiments.launcher import Deployment
-    from powertrip.experiments.runner import RunError, run_once
+    from powertrip.experiments.runner import ChildExited, RunError, run_once
 
     progress = progress if progress is not None else Progress()
     logs: list[RunLog] = []
@@ -159,6 +159,8 @@ def execute(
                     run_once(
                         run_config, run_dir, deployment, label=label, show_progress=show_progress
                     )
+                except ChildExited:
+                    raise  # a process died under the run: stop (exit 3), not the next run
                 except RunError as exc:
                     logs.append(RunLog(spec, "failed", time.monotonic() - started, str(exc)))
                     log(f"FAILED {label}: {exc}")
@@ -205,6 +207,28 @@ def _sweep(args: Any, base: RunConfig) -> list[int]:
     return ks
 
 
+def check_sizes(
+    base: RunConfig,
+    figures: Sequence[str],
+    seeds: Sequence[int],
+    ks: Sequence[int],
+    *,
+    force_workload: bool = False,
+) -> None:
+    """Every set-up's site count against its workload's training samples (one per site),
+    before a directory is made or a service started: a ConfigError naming num_sites
+    (--sites) rather than a site worker that dies on the partition."""
+    from powertrip.experiments.commands import check_sites
+
+    check_sites(base)
+    for name in dict.fromkeys(r.variant for r in plan(figures, seeds, base.num_sites, ks)):
+        try:
+            config = variant_config(base, VARIANTS[name], base.seed, force_workload=force_workload)
+        except (ConfigError, ValueError):
+            continue  # a set-up this version cannot run: main reports and skips it
+        check_sites(config)
+
+
 def main(args: Any) -> int:
     """Plan, run what is missing in three phases (unless --report-only), then render."""
     figures = parse_figures(args.figure)
@@ -215,6 +239,8 @@ def main(args: Any) -> int:
     ks = _sweep(args, base)
     factor = DEFAULT_BUDGET_FACTOR if args.budget_factor is None else args.budget_factor
     out = Path(args.out)
+    if not args.report_only:
+        check_sizes(base, figures, seeds, ks, force_workload=bool(args.workload))
     out.mkdir(parents=True, exist_ok=True)
     meta_file = out / "reproduce.json"
     if args.report_only and meta_file.is_file():
@@ -306,57 +332,6 @@ def _render(
     return 1 if failed else 0
 
 
-def add_arguments(parser: Any) -> None:
-    """The `reproduce` subcommand's options (kept here so cli.py stays a thin router)."""
-    import argparse
-
-    parser.add_argument(
-        "--figure",
-        default="all",
-        help=f"which figure(s): {', '.join(FIGURES)}, a comma list or all (6 and 7 share runs)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=DEFAULT_SEEDS,
-        help=f"seeds per run, from the config's seed on (default {DEFAULT_SEEDS})",
-    )
-    parser.add_argument("--out", default="runs/reproduce", help="output directory")
-    parser.add_argument(
-        "--config", help=f"base run configuration (default {DEFAULT_CONFIG.name} in configs/)"
-    )
-    parser.add_argument("--workload", help="run every figure on this workload instead")
-    parser.add_argument("--sites", type=int, help="number of sites (default: the config's)")
-    parser.add_argument(
-        "--k",
-        help="static-k sweep grid (default: 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100 %% of "
-        "the sites)",
-    )
-    parser.add_argument(
-        "--no-refine",
-        action="store_true",
-        help="skip the refinement step (the midpoints beside the sweep grid's k*)",
-    )
-    parser.add_argument(
-        "--budget-factor",
-        type=float,
-        default=None,
-        help=f"cut every arm off at this multiple of PowerTrip's time to target in its "
-        f"set-up and seed (default {DEFAULT_BUDGET_FACTOR}; 0 = never)",
-    )
-    parser.add_argument("--workers", type=int, help="site-worker processes per run")
-    parser.add_argument("--data-dir", help="data directory for the workload")
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="render reports from finished runs only (with the seeds and settings recorded in "
-        "OUT/reproduce.json)",
-    )
-    parser.add_argument("--summary", help="also copy the summary table (claims.md) here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
-
-
 __all__ = [
     "SUITES",
     "VARIANTS",
@@ -368,6 +343,7 @@ __all__ = [
     "Suite",
     "Variant",
     "arm_config",
+    "check_sizes",
     "check_variants",
     "deferred_runs",
     "execute",

@@ -1,8 +1,15 @@
-"""Drive one run on the embedded deployment: aggregator + site workers, progress, results."""
+"""Drive one run on the embedded deployment: aggregator + site workers, progress, results.
+
+While a run is under way the driver watches every process it depends on (profiler and
+policy, the aggregator, each site worker): one that exits before the aggregator reports the
+run over, or an aggregator that exits non-zero, ends the run at once with ChildExited
+(`powertrip` exits 3), naming the process, its exit code and the last lines of its log.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +25,7 @@ from powertrip.experiments.launcher import (
     ServiceProcess,
     split_sites,
     start_service,
+    stop_services,
 )
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, policy_pb2, policy_pb2_grpc
@@ -27,8 +35,19 @@ from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, policy_pb2, policy
 UNBOUNDED_ROUNDS = 100_000
 
 
+#: seconds between two looks at the aggregator's status and the processes' exits
+POLL_S = 0.3
+#: the states in which the aggregator has finished the run (workers may then leave)
+FINISHED = ("done", "failed")
+
+
 class RunError(RuntimeError):
     pass
+
+
+class ChildExited(RunError):
+    """A service or site worker of the run exited before the run was over (or the
+    aggregator exited non-zero): the message names it, its code and its log's last lines."""
 
 
 @dataclass
@@ -61,6 +80,9 @@ def run_once(
     """One run: write its config, start aggregator and workers, follow progress, collect.
 
     `resume` continues from the checkpoint in `out_dir` (see `powertrip run --resume`)."""
+    for service in deployment.services:
+        if not service.alive():
+            raise ChildExited(service.exit_report())
     out_dir.mkdir(parents=True, exist_ok=True)
     config_path = out_dir / runfiles.REQUESTED_CONFIG
     config.write_yaml(config_path)
@@ -110,25 +132,51 @@ def run_once(
                     wait_serving=False,
                 )
             )
-        _follow(aggregator, processes, config, label or config.policy, show_progress)
+        watched = [*deployment.services, *processes]
+        exit_code = _follow(aggregator, watched, config, label or config.policy, show_progress)
     except LaunchError as exc:
-        raise RunError(str(exc)) from None
+        raise ChildExited(str(exc)) from None
     finally:
-        for process in reversed(processes):
-            process.stop()
+        stop_services(reversed(processes))
     summary_path = out_dir / runfiles.SUMMARY
-    if not summary_path.exists():
-        raise RunError(f"the aggregator wrote no summary; see {log_dir}/aggregator.log")
-    summary = json.loads(summary_path.read_text())
-    if summary.get("status") == "failed":
+    summary = None
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+    if summary is not None and summary.get("status") == "failed":
         raise RunError(f"run failed: {summary.get('message')} (logs in {log_dir})")
+    if exit_code not in (0, None):  # None: still up 30 s after the end, stopped by us
+        raise ChildExited(aggregator.exit_report())
+    if summary is None:
+        raise RunError(f"the aggregator wrote no summary; see {log_dir}/aggregator.log")
     return RunOutcome(out_dir, summary)
 
 
+def _status(stub) -> aggregator_pb2.RunStatus | None:
+    try:
+        return stub.GetStatus(aggregator_pb2.GetStatusRequest(), timeout=3)
+    except grpc.RpcError:
+        return None
+
+
+def _culprit(watched: list[ServiceProcess]) -> ServiceProcess | None:
+    """The exited process to blame: the first in `watched` order (profiler, policy,
+    aggregator, workers: a cause before its effects) that failed, else the first that left
+    (a worker whose aggregator was killed exits 0 after it; the aggregator is named)."""
+    dead = [p for p in watched if not p.alive()]
+    failed = [p for p in dead if p.process.returncode != 0]
+    return (failed or dead or [None])[0]
+
+
 def _follow(
-    aggregator: ServiceProcess, processes, config: RunConfig, label: str, show: bool
-) -> None:
-    """Poll the aggregator's status until the run ends. The progress bar counts rounds, or
+    aggregator: ServiceProcess,
+    watched: list[ServiceProcess],
+    config: RunConfig,
+    label: str,
+    show: bool,
+) -> int | None:
+    """Poll the aggregator's status until the run ends, and every process in `watched`
+    until then: one that exits first raises ChildExited. Returns the aggregator's exit code
+    (None if it has not exited 30 s after the end). The progress bar counts rounds, or
     hours of time spent when the time budget rather than a round cap ends the run."""
     by_time = config.max_sim_hours > 0 and config.max_rounds >= UNBOUNDED_ROUNDS
     bar = tqdm(
@@ -141,45 +189,44 @@ def _follow(
         leave=True,
     )
     last_round = 0
-    with open_channel(aggregator.target) as channel:
-        stub = aggregator_pb2_grpc.AggregatorStub(channel)
-        while aggregator.alive():
-            for proc in processes[1:]:
-                if not proc.alive() and proc.process.returncode not in (0, None):
-                    raise RunError(
-                        f"{proc.name} exited with {proc.process.returncode}:\n{proc.log_tail()}"
-                    )
-            try:
-                status = stub.GetStatus(aggregator_pb2.GetStatusRequest(), timeout=5)
-            except grpc.RpcError:
-                time.sleep(0.3)
-                continue
-            if status.round > last_round:
-                sim_h = status.sim_time_s / 3600
-                if by_time:
-                    bar.update(min(sim_h, config.max_sim_hours) - bar.n)
-                else:
-                    bar.update(status.round - last_round)
-                last_round = status.round
-                bar.set_postfix_str(
-                    f"round {status.round} k={status.k} acc={status.accuracy:.3f} t={sim_h:.2f}h"
-                )
-            if status.state in ("done", "failed"):
-                break
-            time.sleep(0.3)
-    bar.close()
     try:
-        aggregator.process.wait(timeout=30)
-    except Exception:  # noqa: BLE001 - stop() below handles a stuck process
-        pass
-    if aggregator.process.returncode not in (0, None):
-        raise RunError(
-            f"aggregator exited with {aggregator.process.returncode}:\n{aggregator.log_tail()}"
-        )
+        with open_channel(aggregator.target) as channel:
+            stub = aggregator_pb2_grpc.AggregatorStub(channel)
+            while True:
+                status = _status(stub)
+                if status is not None and status.round > last_round:
+                    sim_h = status.sim_time_s / 3600
+                    if by_time:
+                        bar.update(min(sim_h, config.max_sim_hours) - bar.n)
+                    else:
+                        bar.update(status.round - last_round)
+                    last_round = status.round
+                    bar.set_postfix_str(
+                        f"round {status.round} k={status.k} acc={status.accuracy:.3f} "
+                        f"t={sim_h:.2f}h"
+                    )
+                if status is not None and status.state in FINISHED:
+                    break
+                culprit = _culprit(watched)
+                if culprit is not None:
+                    # workers leave once the aggregator has said the run is over: ask again
+                    # (it stays up a moment after that) before calling it a failure
+                    again = _status(stub) if aggregator.alive() else None
+                    if again is not None and again.state in FINISHED:
+                        break
+                    raise ChildExited(culprit.exit_report())
+                time.sleep(POLL_S)
+    finally:
+        bar.close()
+    try:
+        return aggregator.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # stop_services in run_once stops it
+        return None
 
 
 __all__ = [
     "UNBOUNDED_ROUNDS",
+    "ChildExited",
     "RunError",
     "RunOutcome",
     "policy_names",

@@ -10,10 +10,10 @@ import sys
 import threading
 
 import grpc
-from prometheus_client import CollectorRegistry
 
 from powertrip.batched import TRAINERS
 from powertrip.config import ConfigError, load_site_tokens
+from powertrip.metrics import service_registry
 from powertrip.service import (
     ServiceSpec,
     base_parser,
@@ -33,6 +33,9 @@ from services.site_worker.worker import SiteWorker
 
 SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
 log = logging.getLogger("site_worker")
+#: after a stop, how long the work thread may take to finish the site it is training; past
+#: it the process exits without it (the aggregator counts the site as failed, as on a crash)
+STOP_WAIT_S = 2.0
 
 
 def parse_sites(text: str | None) -> list[str]:
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--train-threads must be >= 0 (0 = one per CPU core), got {args.train_threads}"
         )
     train_threads = args.train_threads or os.cpu_count() or 1
-    setup_process(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name, args.log_format)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     worker = SiteWorker(config)
     stop = threading.Event()
-    outcome = {"code": 0}
+    outcome: dict = {"code": 0, "error": ""}
+    threads: list[threading.Thread] = []
 
     def work(_running) -> None:
         def body() -> None:
@@ -204,18 +208,31 @@ def main(argv: list[str] | None = None) -> int:
                 outcome["code"] = worker.run()
             except (DataError, UnknownWorkload) as exc:
                 print(f"site_worker: {exc}", file=sys.stderr)
-                outcome["code"] = 2
+                outcome["code"], outcome["error"] = 2, str(exc)
             except grpc.RpcError as exc:
-                print(
-                    f"site_worker: aggregator {config.aggregator}: "
-                    f"{exc.code().name}: {exc.details()}",
-                    file=sys.stderr,
-                )
-                outcome["code"] = 1
+                if worker.stopping:  # our own shutdown cut the call short
+                    return
+                error = f"aggregator {config.aggregator}: {exc.code().name}: {exc.details()}"
+                print(f"site_worker: {error}", file=sys.stderr)
+                outcome["code"], outcome["error"] = 1, error
+            except Exception as exc:  # noqa: BLE001 - any other failure: say so, exit non-zero
+                if worker.stopping:  # a call on the channel stop() closed
+                    return
+                log.exception("the worker failed")
+                outcome["code"], outcome["error"] = 1, f"{type(exc).__name__}: {exc}"
             finally:
                 stop.set()
 
-        threading.Thread(target=body, name="worker", daemon=True).start()
+        def stop_on_signal() -> None:
+            # SIGTERM/SIGINT set `stop` (powertrip.rpc.server): stop taking and training
+            # work now, not after the server's drain
+            stop.wait()
+            worker.stop()
+
+        thread = threading.Thread(target=body, name="worker", daemon=True)
+        threads.append(thread)
+        thread.start()
+        threading.Thread(target=stop_on_signal, name="stop-worker", daemon=True).start()
 
     options = serve_options(SPEC, args)  # None: a bad --tls-* flag, named on stderr
     code = 2
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 SiteWorkerServicer(worker), server
             ),
             [SERVICE_NAME],
-            CollectorRegistry(),
+            service_registry(),
             on_started=work,
             stop_event=stop,
         )
@@ -236,7 +253,20 @@ def main(argv: list[str] | None = None) -> int:
         reporter.stop()
     if link:
         link.close()
-    return code or outcome["code"]
+    for thread in threads:
+        thread.join(timeout=STOP_WAIT_S)
+    code = code or outcome["code"]
+    if outcome["error"]:  # the last line of the log, where a launcher's tail shows it
+        log.error("exiting with code %d: %s", code, outcome["error"])
+    if any(thread.is_alive() for thread in threads):
+        # a site's training is still under way (torch does not stop mid-step): leave without
+        # it, as interpreter exit would otherwise wait for the training threads
+        log.warning("stopping with a site's training unfinished (abandoned)")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

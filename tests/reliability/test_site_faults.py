@@ -80,20 +80,28 @@ def test_killed_worker_round_finishes_at_deadline_and_sites_rejoin(
     killed_at = time.monotonic()
     victim.process.wait(timeout=10)
 
-    def failed_round():
-        return next((d for d in _decisions(out) if victim_sites & set(d["failed_sites"])), None)
+    def failed_rounds() -> list[dict]:
+        return [d for d in _decisions(out) if victim_sites & set(d["failed_sites"])]
 
-    wait_for(lambda: failed_round() is not None, 3 * DEADLINE_S + 60, "the deadline round")
+    def failed_sites() -> set[str]:
+        return {site for d in failed_rounds() for site in d["failed_sites"]}
+
+    # Every victim site fails at a deadline: all in one round, or (when one of its deltas was
+    # accepted just before the kill) the rest in the next round.
+    wait_for(lambda: failed_sites() >= victim_sites, 4 * DEADLINE_S + 60, "the deadline round")
     detected_after = time.monotonic() - killed_at
-    failed = failed_round()
-    assert set(failed["failed_sites"]) == victim_sites, failed
-    # the round did not wait much past its deadline (generous margin: shared CI cores)
+    rounds = failed_rounds()
+    assert failed_sites() == victim_sites, rounds
+    assert len(rounds) <= 2 and rounds[-1]["round"] - rounds[0]["round"] == len(rounds) - 1
+    failed = rounds[-1]
+    # each such round did not wait much past its deadline (generous margin: shared CI cores)
     wall = {
         int(r.split(",")[0]): float(r.split(",")[1])
         for r in (out / "wall.csv").read_text().splitlines()[1:]
     }
-    assert wall[failed["round"]] < DEADLINE_S + 15, wall[failed["round"]]
-    assert detected_after < 2 * DEADLINE_S + 30
+    for d in rounds:
+        assert wall[d["round"]] < DEADLINE_S + 15, wall[d["round"]]
+    assert detected_after < 3 * DEADLINE_S + 30
     # while dead, the victim's sites are marked and never selected
     wait_for(lambda: len(_decisions(out)) >= failed["round"] + 2, 60, "two more rounds")
     after = [d for d in _decisions(out) if d["round"] > failed["round"]]
