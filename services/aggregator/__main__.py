@@ -7,9 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
 from powertrip.config import ConfigError, RunConfig, load_site_tokens
+from powertrip.metrics import service_registry
 from powertrip.service import (
     ServiceSpec,
     base_parser,
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         help="continue from the last checkpoint in --out (start fresh if there is none)",
     )
     args = parser.parse_args(argv)
-    setup_process(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name, args.log_format)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run.validate()
@@ -82,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         resume=args.resume,
         credentials=channel_credentials(args),
     )
-    registry = CollectorRegistry()
-    metrics = AggregatorMetrics(registry)
+    registry = service_registry()
+    metrics = AggregatorMetrics(registry, round_deadline_s=run.round_deadline_s)
     state = AggregatorState(all_site_ids(run.num_sites))
     loop = RoundLoop(config, state, metrics)
     try:

@@ -1,4 +1,9 @@
-"""The aggregator's Prometheus metrics, shared by the gRPC handlers and the round loop."""
+"""The aggregator's Prometheus metrics, shared by the gRPC handlers and the round loop.
+
+Names follow Prometheus conventions (`tests/unit/test_metrics_names.py` checks them):
+counters end in `_total`, a unit is the suffix (`_seconds`, `_bytes`), 0-1 values end in
+`_ratio`. Alerts on them: deploy/prometheus/rules/powertrip.yml.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +21,16 @@ EXPECTED_REJECT_REASONS = (
     "unauthenticated",
     "wrong_identity",
 )
+#: powertrip_auth_failures_total{kind}: what the servicer refuses, exported at 0 from the start
+AUTH_FAILURE_KINDS = ("join_token", "site_token", "wrong_site_token", "session")
+#: powertrip_dependency_retries_total{dependency}
+DEPENDENCIES = ("profiler", "policy")
 
 
 class AggregatorMetrics:
     """One set per process, registered on the service's own registry."""
 
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(self, registry: CollectorRegistry, round_deadline_s: float = 0.0):
         self.round_duration = Histogram(
             "powertrip_round_duration_seconds",
             "Round time (simulated or wall)",
@@ -29,11 +38,23 @@ class AggregatorMetrics:
             buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600),
             registry=registry,
         )
+        self.round_deadline = Gauge(
+            "powertrip_round_deadline_seconds",
+            "Wall-clock deadline of a round (round_deadline_s); 0 = not set",
+            registry=registry,
+        )
+        self.round_deadline.set(round_deadline_s)
         self.round = Gauge("powertrip_round", "Last finished round", registry=registry)
         self.selected = Gauge(
-            "powertrip_selected_sites", "Sites selected this round", registry=registry
+            "powertrip_selected_sites",
+            "Sites the aggregator selected for the last finished round (k)",
+            registry=registry,
         )
-        self.accuracy = Gauge("powertrip_global_accuracy", "Held-out accuracy", registry=registry)
+        self.accuracy = Gauge(
+            "powertrip_global_accuracy_ratio",
+            "Held-out accuracy of the global model after the last finished round (0-1)",
+            registry=registry,
+        )
         self.sim_time = Gauge(
             "powertrip_sim_time_seconds", "Run clock", ["clock"], registry=registry
         )
@@ -44,50 +65,64 @@ class AggregatorMetrics:
             registry=registry,
         )
         self.transfer = Counter(
-            "powertrip_transfer_bytes",
+            "powertrip_transfer_bytes_total",
             "Model and delta bytes moved",
             ["direction"],
             registry=registry,
         )
         self.rejected = Counter(
-            "powertrip_delta_rejected", "Deltas rejected, by reason", ["reason"], registry=registry
+            "powertrip_delta_rejected_total",
+            "Deltas rejected, by reason",
+            ["reason"],
+            registry=registry,
         )
         # Export the common reasons at 0 from the start, so dashboards and alerts see the
         # series before the first rejection (a labelled counter has no samples until then).
         for reason in EXPECTED_REJECT_REASONS:
             self.rejected.labels(reason)
         self.policy_fallbacks = Counter(
-            "powertrip_policy_fallbacks", "Rounds that reused the last selection", registry=registry
+            "powertrip_policy_fallbacks_total",
+            "Rounds that reused the last selection (policy unreachable)",
+            registry=registry,
         )
         self.profiler_fallbacks = Counter(
-            "powertrip_profiler_fallbacks",
+            "powertrip_profiler_fallbacks_total",
             "Rounds that reused the last profiles (profiler unreachable)",
             registry=registry,
         )
         self.dependency_retries = Counter(
-            "powertrip_dependency_retries",
+            "powertrip_dependency_retries_total",
             "Failed calls to the profiler or policy that were retried",
             ["dependency"],
             registry=registry,
         )
+        for dependency in DEPENDENCIES:
+            self.dependency_retries.labels(dependency)
         self.site_failures = Counter(
-            "powertrip_site_failures",
+            "powertrip_site_failures_total",
             "Selected sites that missed their round's deadline",
             registry=registry,
         )
         self.auth_failures = Counter(
-            "powertrip_auth_failures",
+            "powertrip_auth_failures_total",
             "Calls refused for a missing or wrong token, by kind",
             ["kind"],
             registry=registry,
         )
+        for kind in AUTH_FAILURE_KINDS:
+            self.auth_failures.labels(kind)
         self.empty_rounds = Counter(
-            "powertrip_empty_rounds",
+            "powertrip_empty_rounds_total",
             "Rounds redone because no selected site delivered a delta",
             registry=registry,
         )
         self.dead_sites = Gauge(
             "powertrip_dead_sites", "Sites currently marked dead", registry=registry
+        )
+        self.upload_resumes = Counter(
+            "powertrip_upload_resumes_total",
+            "Cut delta uploads continued from the verified bytes the aggregator held",
+            registry=registry,
         )
 
     def show_round(self, row: RoundRow) -> None:

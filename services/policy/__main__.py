@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from prometheus_client import CollectorRegistry
-
+from powertrip.metrics import service_registry
 from powertrip.policyparams import CHOICES, decode
 from powertrip.rpc.tls import TlsError, load_tls
 from powertrip.service import ServeOptions, ServiceSpec, serve, setup_process
@@ -49,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyConfigError as exc:
         print(f"policy: {exc}", file=sys.stderr)
         return 2
-    setup_process(config.log_level, SPEC.name)
-    registry = CollectorRegistry()
+    setup_process(config.log_level, SPEC.name, config.log_format)
+    registry = service_registry()
     servicer = PolicyServicer(config, PolicyMetrics(registry))
     # powertrip.service.serve owns the parts every service shares: the metrics endpoint,
     # port-bind errors (exit 1), the "listening on port N" line launchers read, SIGTERM drain.

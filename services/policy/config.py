@@ -20,6 +20,7 @@ import yaml
 
 from powertrip.config import RunConfig
 from powertrip.rpc.tls import add_tls_flags
+from powertrip.service import LOG_FORMAT_ENV, LOG_FORMATS, add_log_format_flag
 from services.policy.policies.base import ESTIMATORS
 
 ENV_PREFIX = "POWERTRIP_POLICY_"
@@ -36,6 +37,7 @@ class PolicyConfig:
     host: str = "[::]"
     metrics_port: int = 0  # 0 = no metrics endpoint
     log_level: str = "INFO"
+    log_format: str = "text"  # "text" or "json" (one JSON object per line)
     grace_s: float = 5.0  # drain time on SIGTERM
     #: round-time estimator when a request names none ("paper" | "clock")
     estimator: str = "paper"
@@ -55,6 +57,10 @@ class PolicyConfig:
         if self.estimator not in ESTIMATORS:
             raise PolicyConfigError(
                 f"estimator {self.estimator!r} is not one of {', '.join(ESTIMATORS)}"
+            )
+        if self.log_format not in LOG_FORMATS:
+            raise PolicyConfigError(
+                f"log_format {self.log_format!r} is not one of {', '.join(LOG_FORMATS)}"
             )
         if self.grace_s < 0:
             raise PolicyConfigError(f"grace_s must be >= 0, got {self.grace_s:g}")
@@ -94,10 +100,13 @@ class PolicyConfig:
 
     @classmethod
     def settings_from_env(cls, env: Mapping[str, str]) -> dict[str, Any]:
-        """POWERTRIP_POLICY_<KEY> for each key (POWERTRIP_LOG_LEVEL is shared by services)."""
+        """POWERTRIP_POLICY_<KEY> for each key (POWERTRIP_LOG_LEVEL and POWERTRIP_LOG_FORMAT
+        are shared by services)."""
         out: dict[str, Any] = {}
         if "POWERTRIP_LOG_LEVEL" in env:
             out["log_level"] = env["POWERTRIP_LOG_LEVEL"]
+        if LOG_FORMAT_ENV in env:
+            out["log_format"] = env[LOG_FORMAT_ENV].strip().lower()
         for key in cls.keys():
             name = ENV_PREFIX + key.upper()
             if name in env:
@@ -177,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", dest="log_level", help="DEBUG, INFO, ... (env POWERTRIP_LOG_LEVEL)"
     )
+    add_log_format_flag(parser, default=None)
     parser.add_argument(
         "--grace-s", dest="grace_s", type=float, help="drain time on SIGTERM (default 5)"
     )

@@ -34,8 +34,8 @@ class PolicyMetrics:
             registry=registry,
         )
         self.selected = Gauge(
-            "powertrip_selected_sites",
-            "Sites in the last selection, by policy",
+            "powertrip_policy_selected_sites",
+            "Sites in the policy service's last SelectSites answer, by policy",
             ["policy"],
             registry=registry,
         )

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from prometheus_client import CollectorRegistry
-
 from powertrip.config import ConfigError, RunConfig
+from powertrip.metrics import service_registry
 from powertrip.power import TraceError
 from powertrip.service import ServiceSpec, base_parser, serve, serve_options, setup_process
 from powertrip.v1 import profiler_pb2_grpc
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "(env POWERTRIP_PROBE_INTERVAL_S)",
     )
     args = parser.parse_args(argv)
-    setup_process(args.log_level, SPEC.name)
+    setup_process(args.log_level, SPEC.name, args.log_format)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run = run.with_overrides(
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TraceError, ValueError) as exc:
         print(f"profiler: {exc}", file=sys.stderr)
         return 2
-    registry = CollectorRegistry()
+    registry = service_registry()
     servicer = ProfilerServicer(book, ProfilerMetrics(registry), args.probe_interval_s)
     options = serve_options(SPEC, args)
     if options is None:

@@ -21,8 +21,8 @@ log = logging.getLogger("profiler")
 class ProfilerMetrics:
     def __init__(self, registry: CollectorRegistry):
         self.power = Gauge(
-            "powertrip_site_power_fraction",
-            "Power fraction p_i(t) of a site",
+            "powertrip_site_power_ratio",
+            "Power fraction p_i(t) of a site: its powered share of GPUs (0-1)",
             ["site"],
             registry=registry,
         )
@@ -33,13 +33,16 @@ class ProfilerMetrics:
             registry=registry,
         )
         self.bandwidth = Gauge(
-            "powertrip_site_link_bandwidth_bytes",
-            "Link bandwidth in bytes/s",
+            "powertrip_site_link_bandwidth_bytes_per_second",
+            "Link bandwidth, configured or measured",
             ["site", "source"],
             registry=registry,
         )
         self.energy = Counter(
-            "powertrip_site_energy_joules", "Energy reported by a site", ["site"], registry=registry
+            "powertrip_site_energy_joules_total",
+            "Energy reported by a site",
+            ["site"],
+            registry=registry,
         )
 
 

@@ -183,7 +183,8 @@ def test_claims_scale_and_measure_through_the_profiler(profiler):
         assert seen.latency_s == pytest.approx(paper.latency_s * 2)
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
     text = text.decode()
-    assert 'powertrip_site_link_bandwidth_bytes{site="site-001",source="measured"}' in text
+    bandwidth = "powertrip_site_link_bandwidth_bytes_per_second"
+    assert f'{bandwidth}{{site="site-001",source="measured"}}' in text
     assert 'powertrip_site_link_latency_seconds{site="site-002",source="configured"}' in text
     assert 'powertrip_site_link_latency_seconds{site="site-002",source="measured"}' not in text
 

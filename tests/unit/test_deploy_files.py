@@ -1,10 +1,13 @@
 """Static checks of deploy/: the files the container test builds and runs from agree with
-the code (requirements, healthchecks, scrape jobs, the dashboard's metric names)."""
+the code (requirements, healthchecks, scrape jobs, the dashboard's and the alert rules'
+metric names, counters graphed as rates, units and template variables)."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -50,14 +53,79 @@ def test_prometheus_scrapes_every_service():
     assert {"aggregator", "policy", "profiler", "site-worker", "prometheus"} <= jobs
 
 
-def test_dashboard_queries_only_metrics_the_services_define():
-    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "powertrip.json").read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    source = "\n".join(p.read_text() for p in (REPO / "services").rglob("*.py"))
-    for name in {n for e in exprs for n in re.findall(r"\bpowertrip_[a-z0-9_]+", e)}:
-        base = re.sub(r"_(total|bucket|sum|count)$", "", name)
-        assert f'"{base}"' in source, f"dashboard queries {name}; no service defines {base}"
-    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "powertrip.json"
+RULES = sorted((DEPLOY / "prometheus" / "rules").glob("*.yml"))
+METRIC = re.compile(r"\b(?:powertrip|process|python)_[a-z0-9_]+")
+#: a counter (or a histogram's counter parts) is only meaningful through one of these
+COUNTER_FUNCTIONS = ("rate", "irate", "increase")
+
+
+def _dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def _dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in _dashboard()["panels"] for t in p.get("targets", [])]
+
+
+def _rule_exprs() -> list[str]:
+    return [
+        str(rule["expr"])
+        for path in RULES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
+
+
+def _metric_names(exprs: list[str]) -> set[str]:
+    # words followed by "(" are functions, not series (none of ours is named like one)
+    return {
+        m.group(0) for e in exprs for m in METRIC.finditer(e) if not e[m.end() :].startswith("(")
+    }
+
+
+def _exposed_names() -> set[str]:
+    """Every sample name the four services' registries expose (test_metrics_names.py builds
+    them the way the services do)."""
+    from tests.unit.test_metrics_names import exposed_names
+
+    return exposed_names()
+
+
+def _enclosing_function(expr: str, at: int) -> str:
+    """The name of the function whose parentheses enclose position `at` in `expr`."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if expr[i] == ")":
+            depth += 1
+        elif expr[i] == "(":
+            if depth == 0:
+                return re.search(r"([a-z_]*)\s*$", expr[:i]).group(1)
+            depth -= 1
+    return ""
+
+
+def test_dashboard_and_rules_query_only_series_the_services_expose():
+    exposed = _exposed_names()
+    for source, exprs in (("dashboard", _dashboard_exprs()), ("rules", _rule_exprs())):
+        missing = sorted(_metric_names(exprs) - exposed)
+        assert not missing, f"{source} queries {missing}; no service registry exposes them"
+
+
+def test_dashboard_graphs_counters_as_rates_not_raw_totals():
+    for expr in _dashboard_exprs() + _rule_exprs():
+        for m in METRIC.finditer(expr):
+            if m.group(0).endswith(("_total", "_sum", "_count", "_bucket")):
+                where = _enclosing_function(expr, m.start())
+                assert where in COUNTER_FUNCTIONS, f"raw counter {m.group(0)} in {expr!r}"
+
+
+def test_dashboard_panels_have_units_and_titles_for_every_topic():
+    panels = _dashboard()["panels"]
+    for panel in panels:
+        assert panel.get("targets"), panel["title"]
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+    titles = " ".join(p["title"].lower() for p in panels)
     for topic in (
         "compute",
         "accuracy",
@@ -67,8 +135,64 @@ def test_dashboard_queries_only_metrics_the_services_define():
         "bandwidth",
         "bytes",
         "rejected",
+        "deadline",
+        "dead sites",
+        "site failures",
+        "fallbacks",
+        "auth failures",
+        "empty rounds",
+        "malformed",
+        "targets up",
+        "memory",
     ):
         assert topic in titles, topic
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), ids
+
+
+def test_dashboard_template_variables_are_defined_and_used():
+    dashboard = _dashboard()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"job", "instance", "site"} <= set(variables)
+    exprs = _dashboard_exprs()
+    used = {name for e in exprs for name in re.findall(r"\$(\w+)", e)}
+    assert used <= set(variables), f"undefined variables: {used - set(variables)}"
+    assert {"job", "instance", "site"} <= used
+    for name, var in variables.items():
+        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+        assert _metric_names([query]) <= _exposed_names() | {"up"}, name
+    site_metrics = {"powertrip_site_power_ratio", "powertrip_site_link_latency_seconds"}
+    for expr in exprs:
+        if _metric_names([expr]) & site_metrics:
+            assert 'site=~"$site"' in expr, expr
+
+
+def test_every_alert_series_has_a_dashboard_panel():
+    shown = _metric_names(_dashboard_exprs()) | {"up"}
+    for expr in _rule_exprs():
+        names = _metric_names([expr]) | ({"up"} if re.search(r"\bup\{", expr) else set())
+        assert names & shown, f"no panel shows the series of alert {expr!r}"
+
+
+def test_dashboard_queries_are_valid_promql():
+    """Each query, with its template variables as Grafana's "All", parses: checked by
+    `promtool check rules` on a recording rule per query (promtool has no offline query
+    check of its own)."""
+    from tests.unit.test_metrics_names import promtool
+
+    if promtool() is None:
+        pytest.skip("promtool not installed (.ci/run installs it)")
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": re.sub(r"\$\w+", ".*", e)}
+        for i, e in enumerate(_dashboard_exprs())
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dashboard.yml"
+        path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+        done = subprocess.run(
+            [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _entrypoint():
