@@ -1,0 +1,370 @@
+"""deploy/k8s/: render the base and every overlay offline and check the objects.
+
+Nothing here talks to a cluster. Each variant is rendered with `kubectl kustomize` (or
+`kustomize build`), every object is validated against the Kubernetes OpenAPI schema of
+K8S_VERSION in strict mode (unknown fields fail) with kubernetes-validate, and the
+deployment's own rules are checked: gRPC probes, NET_ADMIN only with shaping, nvidia.com/gpu
+only on site workers in the gpu overlay, referenced Secrets/ConfigMaps exist, selectors
+match, scrape annotations name a container port, the run ConfigMap passes entrypoint.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+kv = pytest.importorskip(
+    "kubernetes_validate",
+    reason="kubernetes-validate is not installed (pip install -e '.[dev]'): "
+    "no offline schema validation of deploy/k8s",
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+K8S_VERSION = "1.30"
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+OVERLAYS = ("gpu", "shaping", "tls")
+#: rendered variants: base, each overlay, and all components together (a temporary overlay)
+VARIANTS = ("base", *OVERLAYS, "all")
+GPU = "nvidia.com/gpu"
+
+
+def _renderer() -> list[str] | None:
+    kubectl = shutil.which("kubectl")
+    if (
+        kubectl
+        and subprocess.run([kubectl, "kustomize", "--help"], capture_output=True).returncode == 0
+    ):
+        return [kubectl, "kustomize"]
+    kustomize = shutil.which("kustomize")
+    return [kustomize, "build"] if kustomize else None
+
+
+RENDERER = _renderer()
+
+
+def _render_resources_only(directory: Path) -> list[dict]:
+    """Fallback without kustomize: the base's `resources:` plus its namespace (no patches)."""
+    spec = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert not spec.get("components") and not spec.get("patches"), "needs kustomize"
+    docs = []
+    for name in spec["resources"]:
+        for doc in yaml.safe_load_all((directory / name).read_text()):
+            if doc and doc["kind"] != "Namespace":
+                doc["metadata"].setdefault("namespace", spec["namespace"])
+            if doc:
+                docs.append(doc)
+    for image in spec.get("images", []):
+        for doc in docs:
+            for c in _pod_spec(doc)["containers"] if doc["kind"] in WORKLOAD_KINDS else []:
+                if c["image"] == image["name"]:
+                    c["image"] = f"{image['name']}:{image['newTag']}"
+    return docs
+
+
+def _render(directory: Path) -> list[dict]:
+    if RENDERER is None:
+        if directory != K8S / "base":
+            pytest.skip("neither kubectl nor kustomize is installed: overlays not rendered")
+        return _render_resources_only(directory)
+    out = subprocess.run([*RENDERER, str(directory)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, list[dict]]:
+    result = {"base": _render(K8S / "base")}
+    for overlay in OVERLAYS:
+        result[overlay] = _render(K8S / "overlays" / overlay)
+    # the components must compose: one overlay with all of them (in the tree, so the
+    # relative paths resolve; removed afterwards)
+    combined = K8S / "overlays" / f".test-all-{os.getpid()}"
+    combined.mkdir()
+    try:
+        (combined / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": ["../../base"],
+                    "components": [f"../../components/{c}" for c in OVERLAYS],
+                }
+            )
+        )
+        result["all"] = _render(combined)
+    finally:
+        shutil.rmtree(combined)
+    return result
+
+
+def _pod_spec(doc: dict) -> dict:
+    return doc["spec"]["template"]["spec"]
+
+
+def _workloads(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if d["kind"] in WORKLOAD_KINDS]
+
+
+def _containers(docs: list[dict]):
+    for w in _workloads(docs):
+        for c in _pod_spec(w).get("initContainers", []) + _pod_spec(w)["containers"]:
+            yield w, c
+
+
+def _secrets_example() -> list[dict]:
+    return [d for d in yaml.safe_load_all((K8S / "secrets.example.yaml").read_text()) if d]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_object_validates_against_the_kubernetes_schema(rendered, variant):
+    docs = rendered[variant]
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == ["ConfigMap", "Deployment", "Namespace", "Service", "StatefulSet"], kinds
+    for doc in docs:
+        try:
+            kv.validate(doc, K8S_VERSION, strict=True)
+        except kv.ValidationError as exc:
+            pytest.fail(f"{variant}: {doc['kind']}/{doc['metadata']['name']}: {exc.message}")
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "powertrip", doc["metadata"]["name"]
+
+
+def test_the_example_secrets_validate():
+    docs = _secrets_example()
+    assert {d["metadata"]["name"] for d in docs} == {"powertrip-join-token", "powertrip-tls"}
+    for doc in docs:
+        kv.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_schema_check_is_strict():
+    """An unknown field fails: strict mode is really on for K8S_VERSION."""
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+    kv.validate(doc, K8S_VERSION, strict=True)
+    with pytest.raises(kv.ValidationError):
+        kv.validate({**doc, "bogus": 1}, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_container_probes_the_grpc_health_service(rendered, variant):
+    tls = variant in ("tls", "all")
+    names = set()
+    for w, c in _containers(rendered[variant]):
+        names.add(w["metadata"]["name"])
+        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+        assert f"--port={grpc_port}" in c["args"] or ["--port", str(grpc_port)] == c["args"][1:3]
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = c[kind]
+            where = f"{variant}: {c['name']} {kind}"
+            if tls:  # the kubelet's gRPC probe has no TLS: the pod's own TLS health check
+                assert "grpc" not in probe, where
+                assert probe["exec"]["command"] == [
+                    "python",
+                    "/opt/powertrip-tls-check/healthcheck_tls.py",
+                    str(grpc_port),
+                ], where
+            else:
+                assert probe == {**probe, "grpc": {"port": grpc_port}}, where
+                assert "exec" not in probe and "httpGet" not in probe, where
+    assert names == {"aggregator", "policy", "profiler", "site-worker"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_net_admin_only_on_shaping_site_workers(rendered, variant):
+    shaping = variant in ("shaping", "all")
+    for w, c in _containers(rendered[variant]):
+        ctx = c.get("securityContext", {})
+        caps = ctx.get("capabilities", {})
+        assert caps.get("drop") == ["ALL"], c["name"]
+        assert ctx.get("allowPrivilegeEscalation") is False, c["name"]
+        assert not ctx.get("privileged"), c["name"]
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        pod_ctx = _pod_spec(w)["securityContext"]
+        if shaping and c["name"] == "site-worker":
+            assert caps.get("add") == ["NET_ADMIN"]
+            assert env["POWERTRIP_SHAPE_LINK"] == "1"
+            assert ctx["runAsUser"] == 0  # tc needs the capability effective
+        else:
+            assert not caps.get("add"), f"{variant}: {c['name']} adds {caps.get('add')}"
+            assert env.get("POWERTRIP_SHAPE_LINK") in (None, "0"), c["name"]
+            assert "--shape-link" not in c["args"], c["name"]
+            assert pod_ctx["runAsNonRoot"] is True and pod_ctx["runAsUser"] != 0, c["name"]
+            assert "runAsUser" not in ctx and ctx.get("runAsNonRoot") is not False, c["name"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gpu_requested_by_site_workers_only_in_the_gpu_overlay(rendered, variant):
+    gpu = variant in ("gpu", "all")
+    for _, c in _containers(rendered[variant]):
+        resources = c["resources"]
+        assert resources["requests"].get("cpu") and resources["requests"].get("memory")
+        assert resources["limits"].get("cpu") and resources["limits"].get("memory")
+        wants = GPU in resources["limits"] or GPU in resources["requests"]
+        if gpu and c["name"] == "site-worker":
+            assert resources["limits"][GPU] == 1
+            assert c["image"].endswith(":cuda")
+        else:
+            assert not wants, f"{variant}: {c['name']} requests a GPU"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_referenced_secrets_and_config_maps_exist(rendered, variant):
+    docs = rendered[variant]
+    secrets = {d["metadata"]["name"]: set(d["stringData"]) for d in _secrets_example()}
+    config_maps = {d["metadata"]["name"]: set(d["data"]) for d in docs if d["kind"] == "ConfigMap"}
+    used = []  # (kind, name, key or None)
+    for w in _workloads(docs):
+        pod = _pod_spec(w)
+        for c in pod["containers"]:
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {})
+                if "secretKeyRef" in ref:
+                    used.append(("Secret", ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"]))
+                if "configMapKeyRef" in ref:
+                    r = ref["configMapKeyRef"]
+                    used.append(("ConfigMap", r["name"], r["key"]))
+            for e in c.get("envFrom", []):
+                if "configMapRef" in e:
+                    used.append(("ConfigMap", e["configMapRef"]["name"], None))
+                if "secretRef" in e:
+                    used.append(("Secret", e["secretRef"]["name"], None))
+            mounts = {m["name"] for m in c.get("volumeMounts", [])}
+            volumes = {v["name"] for v in pod.get("volumes", [])}
+            claims = {t["metadata"]["name"] for t in w["spec"].get("volumeClaimTemplates", [])}
+            assert mounts <= volumes | claims, f"{c['name']}: {mounts - volumes - claims}"
+        for v in pod.get("volumes", []):
+            for item_src, kind, name_key in (
+                ("secret", "Secret", "secretName"),
+                ("configMap", "ConfigMap", "name"),
+            ):
+                if item_src in v:
+                    src = v[item_src]
+                    keys = [i["key"] for i in src.get("items", [])] or [None]
+                    used.extend((kind, src[name_key], k) for k in keys)
+    assert ("Secret", "powertrip-join-token", "token") in used
+    if variant in ("tls", "all"):
+        assert {k for kind, n, k in used if n == "powertrip-tls"} == secrets["powertrip-tls"]
+    for kind, name, key in used:
+        known = secrets if kind == "Secret" else config_maps
+        assert name in known, f"{variant}: {kind} {name} is referenced but not defined"
+        assert key is None or key in known[name], f"{variant}: {kind} {name} has no key {key}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_selectors_match_and_services_reach_a_named_port(rendered, variant):
+    docs = rendered[variant]
+    for w in _workloads(docs):
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        selector = w["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= labels.items(), w["metadata"]["name"]
+        if w["kind"] == "StatefulSet":
+            assert any(
+                d["kind"] == "Service" and d["metadata"]["name"] == w["spec"]["serviceName"]
+                for d in docs
+            )
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        assert svc["spec"]["type"] == "ClusterIP"
+        targets = [
+            w
+            for w in _workloads(docs)
+            if svc["spec"]["selector"].items()
+            <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(targets) == 1, svc["metadata"]["name"]
+        ports = {
+            p["name"]: p["containerPort"]
+            for c in _pod_spec(targets[0])["containers"]
+            for p in c["ports"]
+        }
+        for p in svc["spec"]["ports"]:
+            assert ports[p["targetPort"]] == p["port"], svc["metadata"]["name"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_scrape_annotations_name_an_exposed_metrics_port(rendered, variant):
+    for w in _workloads(rendered[variant]):
+        notes = w["spec"]["template"]["metadata"]["annotations"]
+        assert notes["prometheus.io/scrape"] == "true"
+        assert notes["prometheus.io/path"] == "/metrics"
+        port = int(notes["prometheus.io/port"])
+        (container,) = _pod_spec(w)["containers"]
+        assert {"name": "metrics", "containerPort": port} in container["ports"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        metrics_env = [k for k in env if k.endswith("_METRICS_PORT")]
+        assert [env[k] for k in metrics_env] == [str(port)], w["metadata"]["name"]
+
+
+def test_aggregator_keeps_its_run_on_a_volume_and_resumes(rendered):
+    (agg,) = [w for w in _workloads(rendered["base"]) if w["metadata"]["name"] == "aggregator"]
+    assert agg["kind"] == "StatefulSet" and agg["spec"]["replicas"] == 1
+    (c,) = _pod_spec(agg)["containers"]
+    assert "--resume" in c["args"]
+    out = next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--out="))
+    (claim,) = agg["spec"]["volumeClaimTemplates"]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == claim["metadata"]["name"])
+    assert out.startswith(mount["mountPath"] + "/")
+    assert "--join-token=$(POWERTRIP_JOIN_TOKEN)" in c["args"]
+    assert any(e["name"] == "POWERTRIP_JOIN_TOKEN" for e in c["env"])
+
+
+def test_run_config_map_is_a_valid_run_for_the_entrypoint(rendered):
+    spec = importlib.util.spec_from_file_location("k8s_entrypoint", ROOT / "deploy/entrypoint.py")
+    entrypoint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entrypoint)
+    docs = rendered["base"]
+    (run,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "powertrip-run"
+    ]
+    config = entrypoint.run_config(run["data"])  # raises ConfigError on a bad/unknown key
+    (workers,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "site-worker"]
+    assert (
+        workers["spec"]["replicas"]
+        == config.num_sites
+        == int(run["data"]["POWERTRIP_RUN_NUM_SITES"])
+    )
+
+
+def test_tls_probe_script_checks_health_over_mutual_tls(tmp_path):
+    """components/tls/healthcheck_tls.py against a real mutual-TLS gRPC health server."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not installed: cannot make test certificates")
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    subprocess.run(
+        ["bash", str(ROOT / "deploy/tls/make-certs.sh"), str(tmp_path), "svc"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    read = lambda name: (tmp_path / name).read_bytes()  # noqa: E731
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    creds = grpc.ssl_server_credentials(
+        [(read("svc.key"), read("svc.crt"))],
+        root_certificates=read("ca.crt"),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    env = {
+        **os.environ,
+        "POWERTRIP_TLS_CERT": str(tmp_path / "svc.crt"),
+        "POWERTRIP_TLS_KEY": str(tmp_path / "svc.key"),
+        "POWERTRIP_TLS_CA": str(tmp_path / "ca.crt"),
+    }
+    script = [sys.executable, str(K8S / "components/tls/healthcheck_tls.py"), str(port)]
+    try:
+        assert subprocess.run(script, env=env, timeout=30).returncode == 0
+        servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert subprocess.run(script, env=env, timeout=30).returncode == 1
+    finally:
+        server.stop(None)
