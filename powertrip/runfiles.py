@@ -58,21 +58,13 @@ ROUND_COLUMNS: tuple[str, ...] = (
 #: model's round time *is* round_time_s, and leaving them out keeps simulated files as they
 #: were before the column existed
 WALL_ONLY_COLUMNS: tuple[str, ...] = ("model_round_time_s",)
-#: the columns a reader may require (older runs lack aggregation_s and later additions)
-REQUIRED_ROUND_COLUMNS: tuple[str, ...] = (
-    "round",
-    "sim_time_s",
-    "round_time_s",
-    "k",
-    "sites",
-    "accuracy",
-    "loss",
-    "compute_s",
-    "comm_s",
-    "wait_s",
-    "predicted_round_time_s",
-    "bytes_up",
-    "bytes_down",
+#: columns added after the first runs were written: a reader may not require them
+LATER_ROUND_COLUMNS = frozenset(
+    {"aggregation_s", "emulated_bytes", "straggler", "mode", "train_loss", "clock"}
+)
+#: the columns a reader may require, in file order
+REQUIRED_ROUND_COLUMNS: tuple[str, ...] = tuple(
+    c for c in ROUND_COLUMNS if c not in LATER_ROUND_COLUMNS
 )
 #: summary.json keys every finished or failed run has
 SUMMARY_KEYS: tuple[str, ...] = (
