@@ -237,7 +237,8 @@ class SiteWorker:
                 break
             except grpc.RpcError as exc:
                 left = window_end - time.monotonic()
-                if exc.code() not in RESUMABLE_CODES or left <= backoff:
+                # a stopping worker resumes nothing: stop() closed the channel on purpose
+                if self._stop or exc.code() not in RESUMABLE_CODES or left <= backoff:
                     raise
                 log.info(
                     "upload for %s broke (%s: %s); resuming in %.2fs",
