@@ -141,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 return commands.compare(config, args)
             if args.command == "sweep":
                 return commands.sweep(config, args)
-        except (ConfigError, UnknownWorkload, commands.UnknownPolicy) as exc:
-            print(f"powertrip: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        except DataError as exc:
+        except (ConfigError, UnknownWorkload, commands.UnknownPolicy, DataError) as exc:
             print(f"powertrip: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except (ChildExited, LaunchError) as exc:

@@ -34,14 +34,21 @@ import json
 import os
 import re
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_compose import _PROBLEM, DEPLOY, _compose, _query, _run, _wait
+from tests.e2e.test_compose import (
+    _PROBLEM,
+    _compose,
+    _query,
+    _run,
+    _wait,
+    compose_command,
+    stack_env,
+)
 
 SITES = 4
 # The synthetic model trains 5 steps a round by default, so a round takes ~0.2 s and a run
@@ -67,37 +74,17 @@ def chaos_stack():
     # outside pytest's basetemp (pruned while other sessions run): the run and compose.log
     # stay for a look after a failure
     runs = Path(tempfile.mkdtemp(prefix="powertrip-chaos-"))
-    env = dict(os.environ)
-    base = env.get("POWERTRIP_BASE_IMAGE") or "powertrip-base:bookworm"
-    if base == "powertrip-base:bookworm":
-        _run([str(DEPLOY / "build-base.sh")], env=env, timeout=600)
-    env.update(
-        POWERTRIP_BASE_IMAGE=base,
-        BASE_IMAGE=base,
-        POWERTRIP_TAG="e2e",
-        PIP=f"{sys.executable} -m pip",
+    env = stack_env(
+        runs,
+        "chaos",
         POWERTRIP_SITES=str(SITES),
-        POWERTRIP_WORKLOAD="synthetic",
         POWERTRIP_POLICY="all",
-        POWERTRIP_CLOCK="wall",
         POWERTRIP_MAX_ROUNDS=str(ROUNDS),
-        POWERTRIP_TARGET_ACCURACY="1.0",
         POWERTRIP_ROUND_DEADLINE_S=str(DEADLINE_S),
-        POWERTRIP_SEED="0",
-        POWERTRIP_MIN_DISTANCE_MILES="1000",
-        POWERTRIP_MAX_DISTANCE_MILES="4000",
-        POWERTRIP_DISTANCE_DISTRIBUTION="uniform",
-        POWERTRIP_LINK_LATENCY_SCALE="1",
-        POWERTRIP_LINK_BANDWIDTH_SCALE="0.03",
         POWERTRIP_LOCAL_STEPS=LOCAL_STEPS,
         POWERTRIP_PROBE_INTERVAL_S="60",
-        POWERTRIP_RUNS_DIR=str(runs),
-        POWERTRIP_RUN_NAME="chaos",
-        POWERTRIP_AGGREGATOR_PORT="0",
-        POWERTRIP_PROMETHEUS_PORT="0",
     )
-    _run([str(DEPLOY / "wheelhouse.sh")], env=env, timeout=600)
-    cmd = [*compose, "-p", project, "-f", str(DEPLOY / "docker-compose.yml")]
+    cmd = compose_command(compose, project, env)
     _run([*cmd, "build"], env=env, timeout=900)
     try:
         _run([*cmd, "up", "-d", "--no-build"], env=env, timeout=600)

@@ -98,11 +98,10 @@ def _wait(what: str, check, timeout_s: float, every_s: float = 3.0):
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last}")
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    compose = _compose()
-    project = f"pte2e{os.getpid()}"
-    runs = tmp_path_factory.mktemp("runs")
+def stack_env(runs: Path, run_name: str, **overrides: str) -> dict[str, str]:
+    """The compose stack's environment for a test (building the offline base image first
+    when it is the one used): a small synthetic run on the wall clock over shaped links,
+    written to RUNS/RUN_NAME; `overrides` set what a test changes."""
     env = dict(os.environ)
     base = env.get("POWERTRIP_BASE_IMAGE") or "powertrip-base:bookworm"
     if base == "powertrip-base:bookworm":
@@ -114,10 +113,7 @@ def stack(tmp_path_factory):
         PIP=f"{sys.executable} -m pip",
         POWERTRIP_SITES=str(SITES),
         POWERTRIP_WORKLOAD="synthetic",
-        POWERTRIP_POLICY="powertrip",
         POWERTRIP_CLOCK="wall",
-        # keep the run going while the test looks at it; torn down at the end
-        POWERTRIP_MAX_ROUNDS="100000",
         POWERTRIP_TARGET_ACCURACY="1.0",
         POWERTRIP_SEED="0",
         # 1000-4000 miles: one-way 8-32 ms, 0.25-1 Gbit/s x 0.03 = 7.5-30 Mbit/s
@@ -127,14 +123,35 @@ def stack(tmp_path_factory):
         POWERTRIP_DISTANCE_DISTRIBUTION="uniform",
         POWERTRIP_LINK_LATENCY_SCALE="1",
         POWERTRIP_LINK_BANDWIDTH_SCALE="0.03",
-        POWERTRIP_PROBE_INTERVAL_S="5",
         POWERTRIP_RUNS_DIR=str(runs),
-        POWERTRIP_RUN_NAME="e2e",
+        POWERTRIP_RUN_NAME=run_name,
         POWERTRIP_AGGREGATOR_PORT="0",
         POWERTRIP_PROMETHEUS_PORT="0",
     )
+    env.update(overrides)
+    return env
+
+
+def compose_command(compose: list[str], project: str, env: dict[str, str]) -> list[str]:
+    """Fill the wheelhouse the images install from; the compose command for `project`."""
     _run([str(DEPLOY / "wheelhouse.sh")], env=env, timeout=600)
-    cmd = [*compose, "-p", project, "-f", str(DEPLOY / "docker-compose.yml")]
+    return [*compose, "-p", project, "-f", str(DEPLOY / "docker-compose.yml")]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    compose = _compose()
+    project = f"pte2e{os.getpid()}"
+    runs = tmp_path_factory.mktemp("runs")
+    env = stack_env(
+        runs,
+        "e2e",
+        POWERTRIP_POLICY="powertrip",
+        # keep the run going while the test looks at it; torn down at the end
+        POWERTRIP_MAX_ROUNDS="100000",
+        POWERTRIP_PROBE_INTERVAL_S="5",
+    )
+    cmd = compose_command(compose, project, env)
     t0 = time.monotonic()
     _run([*cmd, "build"], env=env, timeout=900)
     build_s = time.monotonic() - t0
