@@ -236,7 +236,13 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     if closed == "requeued":
         what = "the worker re-registered within the deadline and got the round's task again"
     else:
-        assert _metric(prom, 'powertrip_site_failures_total{job="aggregator"}') >= 1
+        # Prometheus sees the failure at its next scrape (every 5 s), not when the round closes
+        _wait(
+            "the site failure in Prometheus",
+            lambda: _metric(prom, 'powertrip_site_failures_total{job="aggregator"}') >= 1,
+            60,
+            every_s=1,
+        )
         what = f"round {closed['round']} closed at its deadline without {site}"
     figures["site worker"] = (
         f"{how} of {site}'s worker 0.4 s into round {r_kill + 1}; container up again in "
