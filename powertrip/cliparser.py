@@ -149,7 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
     _add_time_budget_option(sweep)
 
-
     reproduce = sub.add_parser(
         "reproduce",
         help="the paper's evaluation (Figs. 8-14) over several seeds, resumable, with "

@@ -161,9 +161,7 @@ def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_pat
 
 def test_powertrip_stops_at_target():
     t = _uniform_sites()
-    d = get_policy("powertrip").select(
-        ctx(t, [PastRound(1, 2, 0.81, 10.0)], target_accuracy=0.8)
-    )
+    d = get_policy("powertrip").select(ctx(t, [PastRound(1, 2, 0.81, 10.0)], target_accuracy=0.8))
     assert d.stop
 
 

@@ -29,4 +29,3 @@ def test_the_aggregator_summary_has_every_schema_key():
     summary = run_summary(RunConfig(), LoopResult(), "done", "", [])
     missing = [key for key in runfiles.SUMMARY_KEYS if key not in summary]
     assert not missing, f"summary.json lacks {missing}"
-
