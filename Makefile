@@ -92,9 +92,18 @@ test: setup  ## the whole test suite
 reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/reliability/ (~3 min)
 	POWERTRIP_RELIABILITY=1 $(BIN)/pytest -q -s -m load tests/reliability
 
-# Flower's reference needs the bench extra: $(BIN)/pip install -e '.[bench]' (else it is skipped)
+# Flower's reference (train_vs_flower) needs the bench extra (flwr[simulation] with Ray,
+# py-spy): bench installs it into .venv when flwr is missing, with the pins of
+# constraints.txt; when pip cannot (no network, no wheel for this Python) it says so and
+# runs the rest, and the table shows "flower: skipped: ..."
 BENCH_ARGS ?=
 bench: setup  ## speed figures as ratios against references measured in the same run (not part of test)
+	@if ! $(BIN)/python -c 'import flwr' 2>/dev/null; then \
+	  echo "bench: installing the bench extra (flwr[simulation], py-spy) for Flower's reference"; \
+	  $(BIN)/pip install -q -c constraints.txt -e ".[bench]" \
+	    || echo "bench: could not install the bench extra (pip's error above): train_vs_flower" \
+	      "will not be measured; fix that and run make bench again"; \
+	fi
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: setup

@@ -14,6 +14,9 @@ both alike; the ratio is the median of the pairwise ratios:
   bytes).
 * fedavg_GBps over 100 CNN deltas vs memcpy_GBps, with the aggregating process's peak RSS.
 * select_ms_p99 for SelectSites over gRPC at 100, 1,000 and 10,000 sites.
+* scale_overhead_ms (bench/scale.py): a real round's time outside training (profiles,
+  selection, dispatch, aggregation, records) at 100 to 100,000 sites, its growth between
+  sizes, and the aggregator's RSS per site.
 * bare_grpc_MBps (no target): the same bytes through gRPC alone, Python gRPC's own ceiling.
 * gpu_site_steps_per_s (where torch sees a CUDA GPU): 100 FEMNIST sites in one vmap call
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
@@ -38,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `bench` and `powertrip` from this checkout, from any cwd
 
 # One module per figure, each with measure(args, work, results) -> dict (bench/__init__.py).
-from bench import demo, fedavg, flower, gpu, select_sites, train, transfer  # noqa: E402
+from bench import demo, fedavg, flower, gpu, scale, select_sites, train, transfer  # noqa: E402
 
 # `--only` names -> modules, in the order they run (and their figures appear in the table).
 BENCHMARKS = {
@@ -47,6 +50,7 @@ BENCHMARKS = {
     "transfer": transfer,
     "fedavg": fedavg,
     "select": select_sites,
+    "scale": scale,
     "gpu": gpu,
 }
 
@@ -71,13 +75,18 @@ def main() -> int:
     parser.add_argument("--no-flower", action="store_true", help="skip the Flower reference")
     parser.add_argument("--demo", action="store_true", help="also time `make demo` (minutes)")
     parser.add_argument("--quick", action="store_true", help="smoke run: small and fast")
-    parser.add_argument("--only", help="comma-separated: train,flower,transfer,fedavg,select,gpu")
+    parser.add_argument(
+        "--only", help="comma-separated: train,flower,transfer,fedavg,select,scale,gpu"
+    )
+    parser.add_argument(
+        "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
     args = parser.parse_args()
 
     if args.quick:
         args.sites, args.steps, args.rounds, args.repeat = 4, 3, 2, 1
-    parts = set((args.only or "train,flower,transfer,fedavg,select,gpu").split(","))
+    parts = set((args.only or ",".join(BENCHMARKS)).split(","))
     out_json = Path(args.out)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="powertrip-bench-"))

@@ -13,7 +13,8 @@ A run directory holds:
                     resumption checks compare against (resolving it again gives config.yaml)
   rounds.csv        one row per round (ROUND_COLUMNS), seeded: byte-identical across reruns
   decisions.jsonl   the policy's decision and explanation per round
-  wall.csv          wall-clock timings per round (not reproducible, hence apart)
+  wall.csv          wall-clock timings per round and phase (WALL_COLUMNS; not
+                    reproducible, hence apart)
   summary.json      the run's outcome (SUMMARY_KEYS at least)
   checkpoint/       the last committed round (model and loop state), for --resume
   logs/             one log file per service process
@@ -65,6 +66,33 @@ LATER_ROUND_COLUMNS = frozenset(
 #: the columns a reader may require, in file order
 REQUIRED_ROUND_COLUMNS: tuple[str, ...] = tuple(
     c for c in ROUND_COLUMNS if c not in LATER_ROUND_COLUMNS
+)
+#: wall.csv columns, in file order: real seconds of each round's parts (not reproducible,
+#: hence not in rounds.csv). wall_train_s runs from the round's start until the last delta
+#: is in (profiles, selection and dispatch included) and wall_round_s until the new model is
+#: installed, as they always have; the phases after wall_eval_s came later (a reader may not
+#: require them). wall_record_s covers the files, metrics and checkpoint written after it.
+WALL_COLUMNS: tuple[str, ...] = (
+    "round",
+    "wall_round_s",
+    "wall_train_s",
+    "wall_eval_s",
+    "wall_profiles_s",
+    "wall_select_s",
+    "wall_dispatch_s",
+    "wall_collect_s",
+    "wall_aggregate_s",
+    "wall_record_s",
+)
+LATER_WALL_COLUMNS = frozenset(WALL_COLUMNS[4:])
+#: the phases outside training (their sum is a round's overhead): everything but waiting
+#: for the sites' deltas (wall_collect_s) and evaluating the new model (wall_eval_s)
+WALL_OVERHEAD_COLUMNS: tuple[str, ...] = (
+    "wall_profiles_s",
+    "wall_select_s",
+    "wall_dispatch_s",
+    "wall_aggregate_s",
+    "wall_record_s",
 )
 #: summary.json keys every finished or failed run has
 SUMMARY_KEYS: tuple[str, ...] = (

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from powertrip.heap import keep_buffers_on_heap
 from powertrip.rpc.server import (
+    MAX_MESSAGE_BYTES,
     PortInUseError,
     RunningServer,
     handle_stop_signals,
@@ -35,6 +36,7 @@ class ServiceSpec:
     name: str  # "aggregator", "policy", ...
     default_port: int
     description: str
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # the largest message its server takes
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -252,6 +254,7 @@ def serve(
             credentials=tls.server_credentials() if tls else None,
             max_workers=max_workers,
             registry=registry,
+            max_message_bytes=spec.max_message_bytes,
         )
     except PortInUseError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr)

@@ -35,6 +35,21 @@ from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, policy_pb2, policy
 UNBOUNDED_ROUNDS = 100_000
 
 
+#: a worker's site list longer than this (bytes) is asked for by count instead: Linux caps
+#: one command-line argument at 128 KiB (about 11,000 site ids)
+MAX_SITES_ARG_BYTES = 100_000
+
+
+def site_args(sites: list[str]) -> list[str]:
+    """A worker's `--sites` flag, or `--site-count` when the list is too long for one
+    argument (the aggregator then hands it that many free sites: a contiguous block, not
+    the round-robin deal; results do not depend on which worker trains a site)."""
+    text = ",".join(sites)
+    if len(text) <= MAX_SITES_ARG_BYTES:
+        return ["--sites", text]
+    return ["--site-count", str(len(sites))]
+
+
 #: seconds between two looks at the aggregator's status and the processes' exits
 POLL_S = 0.3
 #: the states in which the aggregator has finished the run (workers may then leave)
@@ -114,8 +129,7 @@ def run_once(
                     [
                         "--aggregator",
                         aggregator.target,
-                        "--sites",
-                        ",".join(sites),
+                        *site_args(sites),
                         "--worker-id",
                         f"worker-{w}",
                         "--threads",

@@ -8,7 +8,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from powertrip.rpc.server import MAX_MESSAGE_BYTES
+from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
 
 #: Slowest link we plan for when a deadline depends on payload size (bytes/s).
 MIN_PLANNED_BANDWIDTH = 5e6
@@ -16,8 +16,10 @@ MIN_PLANNED_BANDWIDTH = 5e6
 
 def open_channel(target: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
     options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        # the aggregator's SelectSites request and the profiler's reply grow with the sites;
+        # what a server accepts is its own limit (powertrip.rpc.server)
+        ("grpc.max_receive_message_length", CONTROL_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", CONTROL_MESSAGE_BYTES),
         ("grpc.keepalive_time_ms", 30_000),
     ]
     if credentials is not None:

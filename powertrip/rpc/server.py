@@ -28,6 +28,11 @@ from powertrip.rpc.malformed import (
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # chunks are <= 1 MiB; headroom for headers
+#: Messages between the aggregator, policy and profiler carry every site's profile: about
+#: 45 bytes a site, so 4.5 MB at 100,000 sites. The internal services' servers and every
+#: client channel take this much; the aggregator's server, whose port site workers (and
+#: anyone else) reach, keeps MAX_MESSAGE_BYTES.
+CONTROL_MESSAGE_BYTES = 64 * 1024 * 1024
 #: HTTP/2 streams one connection may hold open at once (one site worker needs a handful).
 #: Safe only because no request reaches grpcio's failing-deserialiser path, which leaks
 #: the stream (see powertrip.rpc.malformed): a few hundred malformed requests would
@@ -62,10 +67,12 @@ def start_server(
     credentials: grpc.ServerCredentials | None = None,
     max_concurrent_rpcs: int | None = None,
     registry: CollectorRegistry | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> RunningServer:
     """Build, register and start a server; raise PortInUseError if the port is taken.
 
-    Limits: 4 MiB per message, MAX_CONCURRENT_STREAMS per connection, and (by default)
+    Limits: `max_message_bytes` per message (4 MiB unless the service needs more),
+    MAX_CONCURRENT_STREAMS per connection, and (by default)
     4 x max_workers calls in flight; beyond that gRPC answers RESOURCE_EXHAUSTED at once
     instead of queueing without bound.
 
@@ -75,8 +82,8 @@ def start_server(
     health and reflection included (`powertrip.rpc.malformed`).
     """
     options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
         ("grpc.so_reuseport", 0),
     ]

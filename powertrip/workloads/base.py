@@ -72,6 +72,42 @@ class Partition:
         return np.array([len(ix) for ix in self.site_indices])
 
 
+class SiteData:
+    """The training data a site worker trains its sites on, one site at a time.
+
+    Why not a Partition: a workload may make a site's samples only when that site trains
+    (the synthetic workload beyond its 200 users), so a worker hosting 100,000 sites holds
+    none of them up front. `pooled` is what a centralized task (DATA_SCOPE_POOLED) trains on.
+    """
+
+    def __init__(self, pooled: Split, num_sites: int, note: str):
+        self.pooled = pooled
+        self.num_sites = num_sites
+        self.note = note
+
+    def site(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of site `index`, 0-based; IndexError outside 0..num_sites-1."""
+        raise NotImplementedError
+
+    def check(self, index: int) -> None:
+        if not 0 <= index < self.num_sites:
+            raise IndexError(f"site index {index} is outside 0..{self.num_sites - 1}")
+
+
+class PartitionedSites(SiteData):
+    """Sites as index sets into one loaded data set (every workload with real data)."""
+
+    def __init__(self, dataset: Dataset, partition: Partition):
+        train = dataset.train
+        super().__init__(train, len(partition.site_indices), partition.note)
+        self.site_indices = partition.site_indices
+
+    def site(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        self.check(index)
+        ix = self.site_indices[index]
+        return self.pooled.x[ix], self.pooled.y[ix]
+
+
 def default_data_root() -> Path:
     """`$POWERTRIP_DATA_DIR`, else the repo's `data/` next to the package."""
     env = os.environ.get("POWERTRIP_DATA_DIR")
@@ -110,6 +146,11 @@ class Workload(ABC):
     def partition(self, dataset: Dataset, num_sites: int, seed: int) -> Partition:
         """Group natural users into sites (LEAF style); split users when there are too few."""
         return partition_by_user(dataset.train.users, num_sites, seed)
+
+    def site_data(self, data_dir: str | Path | None, num_sites: int, seed: int) -> SiteData:
+        """What a site worker trains on: the data loaded and partitioned (`partition`)."""
+        dataset = self.load(data_dir, seed)
+        return PartitionedSites(dataset, self.partition(dataset, num_sites, seed))
 
     def inputs(self, x: np.ndarray) -> torch.Tensor:
         import torch

@@ -2,6 +2,11 @@
 
 Written atomically after a round (when the run asks for it) and read back by --resume,
 which continues the run to the same bytes it would have written uninterrupted.
+
+What a round costs to checkpoint must not grow with the number of sites more than it has
+to: the last profiles (every site's, megabytes at 100,000 sites) go to a file of their own,
+named by their hash and written only when they change (in uniform power mode, once), and
+the last selection is kept without its shadow decisions, which nothing reads back.
 """
 
 from __future__ import annotations
@@ -34,12 +39,32 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt or belongs to another run; the message says which."""
 
 
-def write_checkpoint(out_dir: Path, weights: dict[str, np.ndarray], state: dict) -> None:
-    """Write the model, then the loop state that names it (each atomically, fsynced).
+#: side files of the loop state, named by their content's hash (see write_checkpoint)
+PROFILES_FILE = "profiles-{}.pb"
 
-    state.json is the commit point: it is replaced only once the model file it names
-    is on disk, so a kill at any instant leaves a consistent pair (the previous one or
-    the new one). Older model files are removed afterwards.
+
+def _write_synced(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_checkpoint(
+    out_dir: Path,
+    weights: dict[str, np.ndarray],
+    state: dict,
+    files: dict[str, bytes] | None = None,
+) -> None:
+    """Write the model and `files` (name -> bytes, named by their content: one already
+    there is not written again), then the loop state that names them (each atomically,
+    fsynced).
+
+    state.json is the commit point: it is replaced only once every file it names is on
+    disk, so a kill at any instant leaves a consistent set (the previous one or the new
+    one). Older model and side files are removed afterwards.
     """
     ckpt = Path(out_dir) / CHECKPOINT_DIR
     ckpt.mkdir(exist_ok=True)
@@ -50,20 +75,20 @@ def write_checkpoint(out_dir: Path, weights: dict[str, np.ndarray], state: dict)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, ckpt / name)
+    files = files or {}
+    for file_name, data in files.items():
+        if not (ckpt / file_name).is_file():
+            _write_synced(ckpt / file_name, data)
     record = {
         **state,
         "format": CHECKPOINT_FORMAT,
         "model_file": name,
         "model_sha256": _sha256(ckpt / name),
     }
-    tmp_state = ckpt / "state.json.tmp"
-    with tmp_state.open("w") as f:
-        f.write(json.dumps(record, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp_state, ckpt / "state.json")
-    for old in ckpt.glob("model*.npz"):
-        if old.name != name:
+    # compact: json's C encoder (an indented dump runs in Python, over the whole history)
+    _write_synced(ckpt / "state.json", json.dumps(record).encode())
+    for old in [*ckpt.glob("model*.npz"), *ckpt.glob(PROFILES_FILE.format("*"))]:
+        if old.name != name and old.name not in files:
             old.unlink(missing_ok=True)
 
 
@@ -126,6 +151,10 @@ class CheckpointStore:
     def __init__(self, out_dir: Path, run: RunConfig):
         self.out_dir = Path(out_dir)
         self.run = run
+        #: the profiles last saved and their file (name, bytes, SHA-256): the control client
+        #: hands over the same object while the profiler's reply is unchanged, and never
+        #: changes one, so the same object needs no serialising or hashing again
+        self._saved_profiles: tuple[common_pb2.SiteColumns, str, bytes, str] | None = None
 
     def save(
         self,
@@ -146,12 +175,23 @@ class CheckpointStore:
             "config": self.run.to_dict(),
         }
         if last_selection is not None:
-            state["last_selection"] = _encode(last_selection)
+            # what a fallback reuses: the sites, k and mode, never the shadow decisions
+            kept = policy_pb2.Selection()
+            kept.CopyFrom(last_selection)
+            kept.ClearField("shadows")
+            state["last_selection"] = _encode(kept)
+        files = {}
         if last_profiles is not None:
-            state["last_profiles"] = _encode(
-                profiler_pb2.GetProfilesResponse(columns=last_profiles)
-            )
-        write_checkpoint(self.out_dir, weights, state)
+            saved = self._saved_profiles
+            if saved is None or saved[0] is not last_profiles:
+                data = last_profiles.SerializeToString(deterministic=True)
+                digest = hashlib.sha256(data).hexdigest()
+                saved = (last_profiles, PROFILES_FILE.format(digest[:16]), data, digest)
+                self._saved_profiles = saved
+            _, name, data, digest = saved
+            state["last_profiles_file"], state["last_profiles_sha256"] = name, digest
+            files[name] = data
+        write_checkpoint(self.out_dir, weights, state, files)
 
     def load(self, initial: dict[str, np.ndarray]) -> Resumed | None:
         """The checkpoint to continue from, or None if there is none. Raises CheckpointError
@@ -166,7 +206,9 @@ class CheckpointStore:
             last_selection = policy_pb2.Selection.FromString(
                 base64.b64decode(saved["last_selection"])
             )
-        if saved.get("last_profiles"):
+        if saved.get("last_profiles_file"):
+            last_profiles = self._profiles_file(saved)
+        elif saved.get("last_profiles"):  # inline, as checkpoints written before the file
             last_profiles = columns_of(
                 profiler_pb2.GetProfilesResponse.FromString(
                     base64.b64decode(saved["last_profiles"])
@@ -181,6 +223,18 @@ class CheckpointStore:
             last_selection=last_selection,
             last_profiles=last_profiles,
         )
+
+    def _profiles_file(self, saved: dict) -> common_pb2.SiteColumns:
+        """The last profiles from the side file state.json names, checked by its hash."""
+        path = self.out_dir / CHECKPOINT_DIR / str(saved["last_profiles_file"])
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"{path}: unreadable checkpoint profiles: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != saved.get("last_profiles_sha256"):
+            raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
+        columns = common_pb2.SiteColumns.FromString(data)
+        return columns_of(profiler_pb2.GetProfilesResponse(columns=columns))
 
     def _check(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
         where = self.out_dir / CHECKPOINT_DIR / "state.json"

@@ -20,12 +20,25 @@ from powertrip.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc, profiler_pb2, profiler_pb2_grpc
+from services.aggregator.columns import embedded_field, with_embedded
 from services.aggregator.errors import DependencyDown, RunFailed
 from services.aggregator.metrics import AggregatorMetrics
 
 log = logging.getLogger("aggregator")
 RPC_RETRIES = 5
 T = TypeVar("T")
+
+
+def _method(module, service: str, method: str) -> str:
+    return f"/{module.DESCRIPTOR.services_by_name[service].full_name}/{method}"
+
+
+GET_PROFILES = _method(profiler_pb2, "Profiler", "GetProfiles")
+SELECT_SITES = _method(policy_pb2, "Policy", "SelectSites")
+#: field numbers of the profile table in the profiler's reply and the policy's request
+_REPLY = profiler_pb2.GetProfilesResponse.DESCRIPTOR.fields_by_name
+REPLY_COLUMNS, REPLY_SITES = _REPLY["columns"].number, _REPLY["sites"].number
+REQUEST_COLUMNS = policy_pb2.SelectSitesRequest.DESCRIPTOR.fields_by_name["site_columns"].number
 
 
 def _retry(
@@ -47,6 +60,11 @@ def _retry(
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
                 raise RunFailed(f"{what}: {exc.details()}") from None
+            if _over_message_limit(exc):
+                raise RunFailed(
+                    f"{what}: {exc.details()}: the sites' profiles do not fit in one gRPC "
+                    "message at this site count"
+                ) from None
             if on_retry:
                 on_retry()
             if attempt == retries - 1:
@@ -56,6 +74,12 @@ def _retry(
             log.warning("%s failed (%s); retrying in %.1fs", what, exc.code().name, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+def _over_message_limit(exc: grpc.RpcError) -> bool:
+    """A message over gRPC's size limit: the same on every retry, so not retried."""
+    details = exc.details() or ""
+    return exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details
 
 
 def columns_of(reply: profiler_pb2.GetProfilesResponse) -> common_pb2.SiteColumns:
@@ -81,6 +105,12 @@ class ControlClient:
         # last good answers of the dependencies, reused while they are down
         self.last_profiles: common_pb2.SiteColumns | None = None
         self.last_selection: policy_pb2.Selection | None = None
+        # the profiler's reply that last_profiles was parsed from, and its table's bytes
+        # (None where last_profiles came from elsewhere: a checkpoint, an older profiler)
+        self._last_reply: bytes | None = None
+        self._last_table: memoryview | None = None
+        self._get_profiles: Callable | None = None
+        self._select_sites: Callable | None = None
 
     def restore(
         self,
@@ -90,6 +120,7 @@ class ControlClient:
         """Resume with the last good answers a checkpoint carried."""
         self.last_selection = last_selection
         self.last_profiles = last_profiles
+        self._last_reply = self._last_table = None
 
     @contextmanager
     def connected(self, profiler: str, policy: str, credentials: object) -> Iterator[None]:
@@ -100,31 +131,61 @@ class ControlClient:
         ):
             self.profiler = profiler_pb2_grpc.ProfilerStub(pch)
             self.policy = policy_pb2_grpc.PolicyStub(ych)
+            # the two calls whose messages grow with the sites, on bytes (columns.py)
+            self._get_profiles = pch.unary_unary(
+                GET_PROFILES,
+                request_serializer=profiler_pb2.GetProfilesRequest.SerializeToString,
+                response_deserializer=None,
+            )
+            self._select_sites = ych.unary_unary(
+                SELECT_SITES,
+                request_serializer=None,
+                response_deserializer=policy_pb2.Selection.FromString,
+            )
             yield
 
     def profiles(self, at_s: float) -> common_pb2.SiteColumns:
-        """Profiles at `at_s` as columns (a copy the caller may mark); the last good ones if
-        the profiler is down."""
+        """Profiles at `at_s` as columns; the last good ones if the profiler is down. The
+        same object is kept as the last good reply: callers must not change it (the
+        aggregator's state marks dead sites in a copy, AggregatorState.hide_dead)."""
         try:
-            columns = columns_of(
-                _retry(
-                    lambda: self.profiler.GetProfiles(
-                        profiler_pb2.GetProfilesRequest(at_s=at_s, columnar=True), timeout=30
-                    ),
-                    "profiler.GetProfiles",
-                    on_retry=lambda: self.metrics.dependency_retries.labels("profiler").inc(),
-                )
+            reply = _retry(
+                lambda: self._get_profiles(
+                    profiler_pb2.GetProfilesRequest(at_s=at_s, columnar=True), timeout=30
+                ),
+                "profiler.GetProfiles",
+                on_retry=lambda: self.metrics.dependency_retries.labels("profiler").inc(),
             )
-            self.last_profiles = columns
+            if reply != self._last_reply or self.last_profiles is None:
+                self._parse_profiles(reply)
+            columns = self.last_profiles  # the same bytes as last time: parsed then
         except DependencyDown as exc:
             if self.last_profiles is None:
                 raise RunFailed(f"{exc}; no earlier profiles to fall back on") from None
             self.metrics.profiler_fallbacks.inc()
             log.error("%s; reusing the last good profiles", exc)
             columns = self.last_profiles
-        out = common_pb2.SiteColumns()
-        out.CopyFrom(columns)
-        return out
+        return columns
+
+    def _parse_profiles(self, reply: bytes) -> None:
+        """Make `reply` the last good profiles, keeping its bytes and its table's."""
+        columns = columns_of(profiler_pb2.GetProfilesResponse.FromString(reply))
+        try:
+            table = embedded_field(reply, REPLY_COLUMNS, give_up_on=REPLY_SITES)
+        except ValueError:
+            table = None
+        self.last_profiles, self._last_reply, self._last_table = columns, reply, table
+
+    def _request_bytes(
+        self, request: policy_pb2.SelectSitesRequest, profiles: common_pb2.SiteColumns
+    ) -> bytes:
+        """`request` with `profiles` as its site columns, serialized. The profiler's own
+        bytes are spliced in when `profiles` is its table unchanged (no site marked dead):
+        the policy parses the same message either way."""
+        if profiles is self.last_profiles and self._last_table is not None:
+            return with_embedded(request.SerializeToString(), REQUEST_COLUMNS, self._last_table)
+        request.site_columns.CopyFrom(profiles)
+        return request.SerializeToString()
 
     def select(
         self,
@@ -137,7 +198,6 @@ class ControlClient:
         request = policy_pb2.SelectSitesRequest(
             policy=run.policy,
             params=run.policy_params,
-            site_columns=profiles,
             history=history,
             update_size_bytes=run.update_size_bytes,
             tau_s=run.tau_s,
@@ -149,9 +209,10 @@ class ControlClient:
             estimator=run.estimator,
             work_model=run.work_model,
         )
+        data = self._request_bytes(request, profiles)
         try:
             selection = _retry(
-                lambda: self.policy.SelectSites(request, timeout=30),
+                lambda: self._select_sites(data, timeout=30),
                 "policy.SelectSites",
                 on_retry=lambda: self.metrics.dependency_retries.labels("policy").inc(),
             )
@@ -184,19 +245,29 @@ class ControlClient:
         return selection
 
     def site_table(self) -> list[dict]:
-        """The sites' configured profiles for the summary; [] if the profiler is gone."""
+        """The sites' configured profiles for the summary; [] if the profiler is gone.
+        Asked for as columns: a tenth of the bytes and Python objects of one message per
+        site (100,000 messages pass neither the message limit nor quickly)."""
         try:
-            profiles = self.profiler.GetProfiles(
-                profiler_pb2.GetProfilesRequest(at_s=0), timeout=10
-            ).sites
-        except (grpc.RpcError, AttributeError):
+            columns = columns_of(
+                self.profiler.GetProfiles(
+                    profiler_pb2.GetProfilesRequest(at_s=0, columnar=True), timeout=30
+                )
+            )
+        except (grpc.RpcError, AttributeError, RunFailed):
             return []
         return [
             {
-                "site_id": p.site_id,
-                "power_fraction": p.power_fraction,
-                "distance_miles": p.distance_miles,
-                "bandwidth_bytes_per_s": p.bandwidth_bytes_per_s,
+                "site_id": site,
+                "power_fraction": power,
+                "distance_miles": distance,
+                "bandwidth_bytes_per_s": bandwidth,
             }
-            for p in profiles
+            for site, power, distance, bandwidth in zip(
+                columns.site_id[:],
+                columns.power_fraction[:],
+                columns.distance_miles[:],
+                columns.bandwidth_bytes_per_s[:],
+                strict=True,
+            )
         ]

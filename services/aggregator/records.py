@@ -44,6 +44,31 @@ class RoundRow:
     model_round_time_s: float | None = None
 
 
+@dataclass
+class WallTimes:
+    """Real seconds of one round (wall.csv, `powertrip.runfiles.WALL_COLUMNS`): the round
+    loop's phases, so the cost outside training can be told apart from training itself."""
+
+    round_s: float = 0.0  # start -> new model installed
+    train_s: float = 0.0  # start -> last delta in
+    eval_s: float = 0.0
+    profiles_s: float = 0.0  # GetProfiles and marking dead sites
+    select_s: float = 0.0  # SelectSites and the time model's plan for the selection
+    dispatch_s: float = 0.0  # tasks built and handed to the workers' queues
+    collect_s: float = 0.0  # waiting for the deltas (the sites' training and uploads)
+    aggregate_s: float = 0.0  # FedAvg result applied, new model encoded for downloads
+    record_s: float = 0.0  # rounds.csv, decisions.jsonl, metrics, checkpoint
+
+    @property
+    def overhead_s(self) -> float:
+        """Everything outside the sites' training and the evaluation."""
+        return sum(getattr(self, c.removeprefix("wall_")) for c in runfiles.WALL_OVERHEAD_COLUMNS)
+
+    def cells(self) -> list[str]:
+        """The wall.csv values after `round`, in column order: the first three to the
+        millisecond as they always were, the phases (often under one) to the microsecond."""
+        values = [getattr(self, c.removeprefix("wall_")) for c in runfiles.WALL_COLUMNS[1:]]
+        return [f"{v:.3f}" for v in values[:3]] + [f"{v:.6f}" for v in values[3:]]
 
 
 def _fmt(value) -> str:
@@ -54,7 +79,7 @@ def _fmt(value) -> str:
     return str(value)
 
 
-WALL_HEADER = "round,wall_round_s,wall_train_s,wall_eval_s\n"
+WALL_HEADER = ",".join(runfiles.WALL_COLUMNS) + "\n"
 
 
 class RunRecorder:
@@ -79,14 +104,20 @@ class RunRecorder:
         _truncate(self.decisions_path, "", keep_rounds, lambda line: json.loads(line)["round"])
         _truncate(self.wall_path, WALL_HEADER, keep_rounds, lambda line: line.split(",", 1)[0])
 
-    def add_round(self, row: RoundRow, decision: dict, wall: tuple[float, float, float]) -> None:
+    def add_round(self, row: RoundRow, decision: dict, wall: WallTimes | None = None) -> None:
+        """The round's rounds.csv row and decision; its wall.csv row too if `wall` is given
+        (the round loop gives it later, with add_wall, to include the checkpoint's time)."""
         values = asdict(row)
         with self.rounds_path.open("a", newline="") as f:
             csv.writer(f).writerow([_fmt(values[c]) for c in self.columns])
         with self.decisions_path.open("a") as f:
             f.write(json.dumps({"round": row.round, **decision}, sort_keys=True) + "\n")
+        if wall is not None:
+            self.add_wall(row.round, wall)
+
+    def add_wall(self, round_no: int, wall: WallTimes) -> None:
         with self.wall_path.open("a") as f:
-            f.write(f"{row.round},{wall[0]:.3f},{wall[1]:.3f},{wall[2]:.3f}\n")
+            f.write(",".join([str(round_no), *wall.cells()]) + "\n")
 
     def write_summary(self, summary: dict) -> None:
         tmp = self.out_dir / "summary.json.tmp"

@@ -17,18 +17,19 @@ import numpy as np
 
 from powertrip import runfiles
 from powertrip.fedavg import apply_delta
-from powertrip.sitecolumns import profile_at, row_of
+from powertrip.sitecolumns import profile_at
 from powertrip.v1 import common_pb2, policy_pb2
 from powertrip.workloads import get_workload
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
 from services.aggregator.clock import ModelRound, measured_time, simulated_time
+from services.aggregator.columns import site_rows
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import ControlClient
 from services.aggregator.errors import EmptyRound, RunFailed
 from services.aggregator.evaluator import Evaluator, initial_weights
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.records import RunRecorder
+from services.aggregator.records import RunRecorder, WallTimes
 from services.aggregator.report import (
     FinishedRound,
     decision_entry,
@@ -53,16 +54,15 @@ MAX_EMPTY_ROUNDS = 3
 
 @dataclass
 class TrainedRound:
-    """A round's new model and its evaluation, with the wall-clock seconds of each step."""
+    """A round's new model and its evaluation, with the wall-clock seconds of each step
+    (those of the phases are in the round's WallTimes)."""
 
     progress: RoundInProgress
     weights: dict[str, np.ndarray]
     accuracy: float
     loss: float
     collected_at: float  # time.monotonic() once every delta was in or the deadline passed
-    wall_train_s: float
-    wall_aggregation_s: float
-    wall_eval_s: float
+    wall_aggregation_s: float  # FedAvg's result applied (what the wall clock's rows show)
 
 
 class RoundLoop:
@@ -131,11 +131,12 @@ class RoundLoop:
     ) -> RoundInProgress:
         """Hand each selected site its task (see tasks.py) and open the round for uploads."""
         version = self.state.model_version
+        order = list(selection.site_ids)
         progress = RoundInProgress(
             round=round_no,
             model_version=version,
             tasks=round_tasks(self.run, round_no, selection, version, steps or {}),
-            fedavg=RoundAccumulator(list(selection.site_ids), self.state.weights),
+            fedavg=RoundAccumulator(order, self.state.weights),
         )
         self.state.install_round(progress)
         return progress
@@ -159,22 +160,30 @@ class RoundLoop:
 
     def run_round(self, round_no: int) -> bool:
         """One synchronous round; returns True when the run should stop."""
-        wall_start = time.monotonic()
-        selection, profiles_by_id = self._select(round_no)
+        wall, wall_start = WallTimes(), time.monotonic()
+        profiles = self._profiles()
+        profiled_at = time.monotonic()
+        selection, profiles_by_id = self._select(round_no, profiles)
         planned = simulated_time(self.run, selection, profiles_by_id)
+        wall.profiles_s = profiled_at - wall_start
+        wall.select_s = time.monotonic() - profiled_at
         reason = stop_before_round(
             self.run.clock, self.result.sim_time_s, planned.round_s, self.run.max_sim_hours
         )
         if reason:
             self.result.stopped_reason = reason
             return True
-        trained = self._train(round_no, selection, planned.steps, wall_start)
-        wall_round_s = time.monotonic() - wall_start
+        trained = self._train(round_no, selection, planned.steps, wall_start, wall)
+        wall_round_s = wall.round_s = time.monotonic() - wall_start
         done = self._advance(round_no, selection, planned, trained, wall_round_s)
-        self._record(done, (wall_round_s, trained.wall_train_s, trained.wall_eval_s))
+        self._record(done)
         stop = self._stop_after(done.accuracy)
         if self.run.checkpoint:
             self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
+        # last, so that the checkpoint's time is in it: a crash just before leaves a round
+        # without its wall.csv row, never a row for a round the files do not have
+        wall.record_s = time.monotonic() - wall_start - wall_round_s
+        self.recorder.add_wall(round_no, wall)
         log.info(
             "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
             round_no,
@@ -187,15 +196,18 @@ class RoundLoop:
         )
         return stop
 
+    def _profiles(self) -> common_pb2.SiteColumns:
+        """The profiles at the run's time, dead sites marked unavailable."""
+        return self.state.hide_dead(self.control.profiles(self.result.sim_time_s))
+
     def _select(
-        self, round_no: int
+        self, round_no: int, profiles: common_pb2.SiteColumns
     ) -> tuple[policy_pb2.Selection, Mapping[str, common_pb2.SiteProfile]]:
-        """The policy's selection on the current profiles, and the selected sites' profiles."""
-        profiles = self.state.hide_dead(self.control.profiles(self.result.sim_time_s))
+        """The policy's selection on `profiles`, and the selected sites' profiles."""
         selection = self.control.select(round_no, profiles, self.result.history)
         if not selection.site_ids:
             raise RunFailed(f"policy {self.run.policy} selected no site in round {round_no}")
-        rows = row_of(profiles)
+        rows = site_rows(profiles, selection.site_ids)
         return selection, {
             site: profile_at(profiles, rows[site]) for site in selection.site_ids if site in rows
         }
@@ -206,25 +218,32 @@ class RoundLoop:
         selection: policy_pb2.Selection,
         steps: dict[str, int],
         wall_start: float,
+        wall: WallTimes,
     ) -> TrainedRound:
-        """Dispatch, collect, average, evaluate, and install the new model."""
+        """Dispatch, collect, average, evaluate, and install the new model; each phase's
+        seconds go to `wall`."""
+        dispatch_start = time.monotonic()
         progress = self.dispatch(round_no, selection, steps)
+        dispatched_at = time.monotonic()
         self.collect(progress)
         collected_at = time.monotonic()
         new_weights = apply_delta(self.state.weights, progress.fedavg.result())
         eval_start = time.monotonic()
         accuracy, loss = self.evaluator.evaluate(new_weights)
-        wall_eval = time.monotonic() - eval_start
+        eval_end = time.monotonic()
         self.state.set_model(new_weights, version=progress.model_version + 1)
+        wall.dispatch_s = dispatched_at - dispatch_start
+        wall.collect_s = collected_at - dispatched_at
+        wall.train_s = collected_at - wall_start
+        wall.eval_s = eval_end - eval_start
+        wall.aggregate_s = (eval_start - collected_at) + (time.monotonic() - eval_end)
         return TrainedRound(
             progress=progress,
             weights=new_weights,
             accuracy=accuracy,
             loss=loss,
             collected_at=collected_at,
-            wall_train_s=collected_at - wall_start,
             wall_aggregation_s=eval_start - collected_at,
-            wall_eval_s=wall_eval,
         )
 
     def _advance(
@@ -264,10 +283,10 @@ class RoundLoop:
             dead_sites=self.state.dead_sites(),
         )
 
-    def _record(self, done: FinishedRound, wall: tuple[float, float, float]) -> None:
+    def _record(self, done: FinishedRound) -> None:
         """Write the round's row and decision, add it to the history, publish it."""
         row = round_row(self.run, done)
-        self.recorder.add_round(row, decision_entry(self.run, done), wall)
+        self.recorder.add_round(row, decision_entry(self.run, done))
         self.result.history.append(history_record(done))
         self.metrics.show_round(row)
         self.state.publish_round(self.result.history[-1])

@@ -17,6 +17,7 @@ import numpy as np
 from powertrip.rpc.tensors import TensorAssembler, TensorSpec, encode_tensors, layout_of
 from powertrip.v1 import aggregator_pb2, common_pb2
 from services.aggregator.accumulator import RoundAccumulator
+from services.aggregator.columns import site_rows
 
 
 class RegistrationError(Exception):
@@ -264,13 +265,20 @@ class AggregatorState:
             )
 
     def hide_dead(self, columns: common_pb2.SiteColumns) -> common_pb2.SiteColumns:
-        """Mark dead sites unavailable in `columns` (in place): the policy must not pick them."""
+        """`columns` with dead sites marked unavailable (the policy must not pick them): a
+        marked copy, or `columns` itself when no site is dead (copying 100,000 sites' columns
+        costs milliseconds every round)."""
         dead = self.dead_sites()
-        if dead:
-            for row, site in enumerate(columns.site_id):
-                if site in dead:
-                    columns.alive[row] = False
-        return columns
+        if not dead:
+            return columns
+        marked = common_pb2.SiteColumns()
+        marked.CopyFrom(columns)
+        rows = site_rows(columns, dead)
+        for site in dead:
+            row = rows.get(site)
+            if row is not None:
+                marked.alive[row] = False
+        return marked
 
     def dead_sites(self) -> set[str]:
         with self.lock:

@@ -11,6 +11,7 @@ import textwrap
 
 from powertrip.metrics import service_registry
 from powertrip.policyparams import CHOICES, decode
+from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
 from powertrip.rpc.tls import TlsError, load_tls
 from powertrip.service import ServeOptions, ServiceSpec, serve, setup_process
 from powertrip.v1 import policy_pb2_grpc
@@ -18,7 +19,12 @@ from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError
 from services.policy.policies import REGISTRY
 from services.policy.servicer import SERVICE_NAME, PolicyMetrics, PolicyServicer
 
-SPEC = ServiceSpec("policy", DEFAULT_PORT, "PowerTrip policy service: which sites train next")
+SPEC = ServiceSpec(
+    "policy",
+    DEFAULT_PORT,
+    "PowerTrip policy service: which sites train next",
+    max_message_bytes=CONTROL_MESSAGE_BYTES,  # SelectSites carries every site's profile
+)
 
 
 def _param_text(name: str, value: float) -> str:

@@ -8,13 +8,19 @@ import sys
 from powertrip.config import ConfigError, RunConfig
 from powertrip.metrics import service_registry
 from powertrip.power import TraceError
+from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
 from powertrip.service import ServiceSpec, base_parser, serve, serve_options, setup_process
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
 from services.profiler.servicer import SERVICE_NAME, ProfilerMetrics, ProfilerServicer
 
-SPEC = ServiceSpec("profiler", 50052, "PowerTrip profiler: site power and links")
+SPEC = ServiceSpec(
+    "profiler",
+    50052,
+    "PowerTrip profiler: site power and links",
+    max_message_bytes=CONTROL_MESSAGE_BYTES,  # GetProfiles answers with every site's profile
+)
 
 
 def main(argv: list[str] | None = None) -> int:

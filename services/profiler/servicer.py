@@ -7,6 +7,7 @@ import threading
 import time
 
 import grpc
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from powertrip.linkprobe import ProbeError, measure
@@ -61,14 +62,30 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             latency, bandwidth = book.link(site)
             metrics.latency.labels(site.site_id, "configured").set(latency)
             metrics.bandwidth.labels(site.site_id, "configured").set(bandwidth)
+        # each site's power gauge, and the value it shows (NaN: not yet shown): a call for
+        # every site sets only the gauges whose value changed (none in uniform mode)
+        self._power_gauges = [metrics.power.labels(site.site_id) for site in book.sites]
+        self._power_shown = np.full(len(book.sites), np.nan)
+        self._gauge_lock = threading.Lock()
+        self._show_power(book.all_columns(0.0, common_pb2.SiteColumns()))
+
+    def _show_power(self, power: np.ndarray) -> None:
+        """Set the power gauge of every site whose value differs from the one shown."""
+        with self._gauge_lock:
+            changed = np.flatnonzero(power != self._power_shown)
+            for row, value in zip(changed.tolist(), power[changed].tolist(), strict=True):
+                self._power_gauges[row].set(value)
+            self._power_shown[changed] = power[changed]
 
     def _columns(self, sites, at_s: float) -> common_pb2.SiteColumns:
         """The profiles of `sites` at `at_s`, built column by column: the one place profile
         values are computed, whether the caller asked for columns or for messages."""
         book = self.book
         power = [book.power_at(site, at_s) for site in sites]
-        for site, fraction in zip(sites, power, strict=True):
-            self.metrics.power.labels(site.site_id).set(fraction)
+        with self._gauge_lock:
+            for site, fraction in zip(sites, power, strict=True):
+                self._power_gauges[site.index].set(fraction)
+                self._power_shown[site.index] = fraction
         links = [book.link(site) for site in sites]
         columns = common_pb2.SiteColumns(
             site_id=[site.site_id for site in sites],
@@ -92,9 +109,14 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
     def _profile(self, site, at_s: float) -> common_pb2.SiteProfile:
         return profile_at(self._columns([site], at_s), 0)
 
+    def _all_columns(self, at_s: float, columns: common_pb2.SiteColumns) -> None:
+        """Every site into `columns`, in the book's order: the values `_columns` gives,
+        from the book's template (see profile_book.py) instead of a loop over the sites."""
+        self._show_power(self.book.all_columns(at_s, columns))
+
     def GetProfiles(self, request, context):
         try:
-            sites = self.book.lookup(list(request.site_ids))
+            sites = self.book.lookup(list(request.site_ids)) if request.site_ids else None
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         if request.at_s < 0:
@@ -102,7 +124,10 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
         reply = profiler_pb2.GetProfilesResponse(
             power_mode=self.book.config.power, seed=self.book.config.population.seed
         )
-        columns = self._columns(sites, request.at_s)
+        if sites is None and request.columnar:  # what the aggregator asks every round
+            self._all_columns(request.at_s, reply.columns)
+            return reply
+        columns = self._columns(self.book.sites if sites is None else sites, request.at_s)
         if request.columnar:
             reply.columns.CopyFrom(columns)
         else:

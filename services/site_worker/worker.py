@@ -118,10 +118,13 @@ class SiteWorker:
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
         self.workload = get_workload(spec.workload)
-        dataset = self.workload.load(self.config.data_dir or spec.data_dir or None, spec.seed)
-        partition = self.workload.partition(dataset, spec.num_sites, spec.seed)
-        self.train_x, self.train_y = dataset.train.x, dataset.train.y
-        self.site_data = {s: partition.site_indices[site_index(s)] for s in self.site_ids}
+        # a site's samples are asked for when it trains: a workload may make them then
+        self.sites = self.workload.site_data(
+            self.config.data_dir or spec.data_dir or None, spec.num_sites, spec.seed
+        )
+        self.train_x, self.train_y = self.sites.pooled.x, self.sites.pooled.y
+        for site in self.site_ids:
+            self.sites.check(site_index(site))
         # one replica per training thread; a thread takes a free one for each group
         self.replicas: queue.SimpleQueue[torch.nn.Module] = queue.SimpleQueue()
         for _ in range(self.config.train_threads):
@@ -131,7 +134,7 @@ class SiteWorker:
             self.config.worker_id,
             spec.run_id or "(unnamed)",
             len(self.site_ids),
-            partition.note,
+            self.sites.note,
         )
 
     # ---- work --------------------------------------------------------------------------
@@ -164,8 +167,7 @@ class SiteWorker:
             if task.data_scope == aggregator_pb2.DATA_SCOPE_POOLED:
                 x, y = self.train_x, self.train_y
             else:
-                ix = self.site_data[task.site_id]
-                x, y = self.train_x[ix], self.train_y[ix]
+                x, y = self.sites.site(site_index(task.site_id))
             jobs.append(SiteJob(x, y, task.seed))
         first = tasks[0]
         start = time.monotonic()

@@ -13,7 +13,7 @@ from services.aggregator.checkpoint_store import (
     load_checkpoint,
     write_checkpoint,
 )
-from services.aggregator.records import RoundRow, RunRecorder
+from services.aggregator.records import RoundRow, RunRecorder, WallTimes
 
 
 def _row(n: int) -> RoundRow:
@@ -63,7 +63,7 @@ def test_damaged_checkpoint_is_refused_naming_the_file(tmp_path, damage):
 def test_resume_trims_round_files_to_the_checkpoint(tmp_path):
     rec = RunRecorder(tmp_path)
     for n in (1, 2, 3):
-        rec.add_round(_row(n), {"k": 2}, (1.0, 0.5, 0.1))
+        rec.add_round(_row(n), {"k": 2}, WallTimes(1.0, 0.5, 0.1, profiles_s=0.002))
     whole = (tmp_path / "rounds.csv").read_bytes()
     # the crash: round 3 was written after the round-2 checkpoint, plus a torn line
     with (tmp_path / "decisions.jsonl").open("a") as f:
@@ -73,7 +73,8 @@ def test_resume_trims_round_files_to_the_checkpoint(tmp_path):
     assert (tmp_path / "rounds.csv").read_bytes() == b"\r\n".join(lines[:3]) + b"\r\n"
     decisions = (tmp_path / "decisions.jsonl").read_text().splitlines()
     assert [json.loads(d)["round"] for d in decisions] == [1, 2]
+    phases = "0.002000,0.000000,0.000000,0.000000,0.000000,0.000000"
     assert (tmp_path / "wall.csv").read_text().splitlines()[1:] == [
-        "1,1.000,0.500,0.100",
-        "2,1.000,0.500,0.100",
+        f"1,1.000,0.500,0.100,{phases}",
+        f"2,1.000,0.500,0.100,{phases}",
     ]

@@ -146,19 +146,24 @@ def test_killed_worker_ends_the_run_with_its_log(tmp_path, tagged):
 
 def test_worker_failing_at_start_up_ends_the_run(tmp_path, tagged, capsys, monkeypatch):
     """More sites than samples, past the CLI's own check: only the worker finds out, when it
-    partitions the data; the run ends at once with its error instead of waiting."""
+    partitions the data; the run ends at once with its error instead of waiting. (FEMNIST:
+    the synthetic workload has no such limit.)"""
     from powertrip.experiments import commands
+    from powertrip.experiments.datacmd import training_samples
+    from powertrip.workloads import get_workload
 
     monkeypatch.setattr(commands, "check_sites", lambda config: None)
+    available = training_samples(get_workload("femnist"))
+    sites = available + 1
     out = tmp_path / f"run-{tagged}"
-    argv = ["run", "--workload", "synthetic", "--sites", "9700", "--max-rounds", "2"]
+    argv = ["run", "--workload", "femnist", "--sites", str(sites), "--max-rounds", "2"]
     started = time.monotonic()
     code = main([*argv, "--policy", "static", "--quiet", "--out", str(out)])
     took = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 3, err
     assert "site_worker:0 exited with code 1; last lines of its log:" in err, err
-    assert "exiting with code 1: ValueError: num_sites=9700 is larger than the 9600" in err
+    assert f"ValueError: num_sites={sites} is larger than the {available}" in err, err
     assert took < 40, took
     wait_for(lambda: not _processes_of(tagged, out), 10, "every process of the run to end")
 
@@ -215,8 +220,8 @@ def test_sigterm_to_a_busy_worker_stops_it_promptly(service_factory, stack_facto
 )
 def test_too_many_sites_exit_2_before_anything_exists(tmp_path, capsys, argv):
     out = tmp_path / "out"
-    code = main([*argv, "--workload", "synthetic", "--sites", "10000", "--out", str(out)])
+    code = main([*argv, "--workload", "speech", "--sites", "250", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "num_sites (--sites): 10000 is larger than the 9600 training samples" in err, err
+    assert "num_sites (--sites): 250 is larger than the 249 training samples" in err, err
     assert not out.exists()

@@ -15,6 +15,7 @@ from services.aggregator.checkpoint_store import restore_site_ids
 from services.aggregator.records import (
     RoundRow,
     RunRecorder,
+    WallTimes,
     round_sites,
 )
 from services.aggregator.run_result import LoopResult
@@ -132,7 +133,7 @@ def test_simulated_columns_are_the_old_ones_and_wall_adds_the_model_time():
 def test_wall_rows_leave_the_prediction_empty_and_resume_keeps_the_column(tmp_path):
     rec = RunRecorder(tmp_path, clock="wall")
     for n in (1, 2):
-        rec.add_round(_row(n, "wall"), {}, (2.0, 1.9, 0.1))
+        rec.add_round(_row(n, "wall"), {}, WallTimes(2.0, 1.9, 0.1))
     RunRecorder(tmp_path, keep_rounds=1, clock="wall")
     rows = list(csv.DictReader((tmp_path / "rounds.csv").open()))
     assert len(rows) == 1
@@ -146,7 +147,7 @@ def test_history_site_ids_survive_a_checkpoint_and_old_ones_come_from_rounds_csv
 
     rec = RunRecorder(tmp_path)
     for n in (1, 2):
-        rec.add_round(_row(n, "simulated"), {}, (2.0, 1.9, 0.1))
+        rec.add_round(_row(n, "simulated"), {}, WallTimes(2.0, 1.9, 0.1))
     assert round_sites(tmp_path) == {1: ["site-003", "site-001"], 2: ["site-003", "site-001"]}
     # a checkpoint from before RoundRecord.site_ids: its history has none
     old = {"round": 1, "k": 2, "accuracy": 0.5, "round_time_s": 2.0,

@@ -82,6 +82,16 @@ class SiteTable:
             self._memo[key] = arrays
         return self._memo[key]
 
+    def rows_of(self, site_ids: Sequence[str]) -> np.ndarray:
+        """The row of each of `site_ids`, -1 for an id not in the table: a binary search
+        over the ids in id order (a dict of every id cost 5 ms a call at 10,000 sites)."""
+        (in_order,) = self.memo("ids_in_order", lambda: (self.ids[self.by_id],))
+        wanted = np.asarray(site_ids, dtype=str)
+        if wanted.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(in_order, wanted), len(in_order) - 1)
+        return np.where(in_order[at] == wanted, self.by_id[at], -1).astype(np.int64)
+
     @classmethod
     def build(
         cls,

@@ -44,11 +44,15 @@ class StaticK(RankedTopK):
         params = self.params(ctx)
         ranked, scores = self.rank(ctx, params)
         k = default_k(params["k"], len(ranked))
-        index = {site: i for i, site in enumerate(ctx.table.ids.tolist())}
         alive = ctx.table.alive
-        kept = [index[s] for s in first if s in index and alive[index[s]]][:k]
+        kept = [row for row in ctx.table.rows_of(first).tolist() if row >= 0 and alive[row]][:k]
         taken = set(kept)
-        replacements = [int(i) for i in ranked if int(i) not in taken][: k - len(kept)]
+        replacements = []  # the best ranked alive sites outside the set, as many as died
+        for row in ranked.tolist() if len(kept) < k else ():
+            if row not in taken:
+                replacements.append(row)
+                if len(replacements) == k - len(kept):
+                    break
         chosen = np.array(kept + replacements, dtype=np.int64)
         explanation = {
             "rule": f"round 1's top-{k} ({self.ranking}), kept",
