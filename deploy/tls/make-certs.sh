@@ -5,13 +5,15 @@
 #                                                      policy site-worker client)
 #   SANS="DNS:agg.example.org,IP:10.0.0.5" deploy/tls/make-certs.sh certs aggregator
 #   SITES=100 deploy/tls/make-certs.sh certs          also writes OUT_DIR/site-tokens.yaml
+#   JOIN_TOKEN=1 deploy/tls/make-certs.sh certs       also writes OUT_DIR/join-token (kept
+#                                                      when it exists: workers hold it)
 #
 # Each certificate is valid for both serverAuth and clientAuth (a service also dials out
 # with it) and names DNS:NAME, DNS:localhost and IP:127.0.0.1 plus $SANS. Keys are 0600.
 # Pass them as --tls-cert OUT/NAME.crt --tls-key OUT/NAME.key --tls-ca OUT/ca.crt.
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 1 && $1 != -h && $1 != --help ]] || usage
 out=$1; shift
 names=("$@")
@@ -43,6 +45,12 @@ for name in "${names[@]}"; do
   openssl verify -CAfile "$out/ca.crt" "$out/$name.crt" >/dev/null
   echo "$name: $out/$name.crt ($san)"
 done
+
+if [[ -n ${JOIN_TOKEN:-} && ! -s $out/join-token ]]; then
+  # 0600 (umask above): the aggregator and the workers read it as a secret file
+  openssl rand -hex 32 > "$out/join-token"
+  echo "join token: $out/join-token"
+fi
 
 if [[ -n ${SITES:-} ]]; then
   tokens=$out/site-tokens.yaml

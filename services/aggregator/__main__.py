@@ -1,7 +1,14 @@
-"""`python -m services.aggregator --port 50051 --config run.yaml --out DIR`"""
+"""`python -m services.aggregator --port 50051 --config run.yaml --out DIR`
+
+Secure by default: on an address other machines can reach it serves only with a join token
+(or per-site tokens) *and* mutual TLS, unless `--insecure` says otherwise
+(powertrip.rpc.auth.exposure_problem explains why this rule is the aggregator's alone).
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import sys
 import threading
@@ -9,7 +16,17 @@ from pathlib import Path
 
 from powertrip.config import ConfigError, RunConfig, load_site_tokens
 from powertrip.metrics import service_registry
+from powertrip.rpc.auth import (
+    AuthConfigError,
+    add_insecure_flag,
+    add_join_token_flags,
+    exposure_problem,
+    insecure_allowed,
+    is_loopback,
+    resolve_join_token,
+)
 from powertrip.service import (
+    ServeOptions,
     ServiceSpec,
     base_parser,
     channel_credentials,
@@ -40,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         help="stop serving once the run has finished (the embedded CLI uses this)",
     )
     parser.add_argument("--register-timeout-s", type=float, default=300.0)
-    parser.add_argument("--join-token", default="", help="token workers must present to register")
+    add_join_token_flags(parser, "workers must present to register")
+    add_insecure_flag(parser)
     parser.add_argument(
         "--site-tokens",
         default=os.environ.get("POWERTRIP_SITE_TOKENS"),
@@ -66,10 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         run.validate()
         workload = get_workload(run.workload)
         run = run.resolved(workload.defaults)
-        site_tokens = load_site_tokens(args.site_tokens) if args.site_tokens else None
     except (ConfigError, UnknownWorkload) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
+    # who may join: checked after the settings, before anything slow (data, a checkpoint)
+    options = serve_options(SPEC, args)
+    access = who_may_join(args, options) if options else None
+    if options is None or access is None:
+        return 2
+    join_token, site_tokens = access
     config = AggregatorConfig(
         run=run,
         profiler=args.profiler,
@@ -77,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=Path(args.out),
         register_timeout_s=args.register_timeout_s,
         exit_when_done=args.exit_when_done,
-        join_token=args.join_token,
+        join_token=join_token,
         resume=args.resume,
         credentials=channel_credentials(args),
     )
@@ -91,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
     servicer = AggregatorServicer(
-        state, run_spec(config), metrics, join_token=args.join_token, site_tokens=site_tokens
+        state, run_spec(config), metrics, join_token=join_token, site_tokens=site_tokens
     )
     stop = threading.Event()
 
@@ -104,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
         threading.Thread(target=body, name="round-loop", daemon=True).start()
 
-    options = serve_options(SPEC, args)
-    if options is None:
-        return 2
     code = serve(
         SPEC,
         options,
@@ -120,6 +140,42 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0 and loop.result.stopped_reason == "failed":
         return 3
     return code
+
+
+def who_may_join(
+    args: argparse.Namespace, options: ServeOptions
+) -> tuple[str, dict[str, str] | None] | None:
+    """(join token, per-site tokens) from the flags, files and environment; None (the reason
+    on stderr, exit 2) for an unreadable token file or an exposed bind without token and TLS.
+    Logs where the token came from (never the token) and warns when serving --insecure."""
+    try:
+        join_token = resolve_join_token(args.join_token, args.join_token_file)
+        site_tokens = load_site_tokens(args.site_tokens) if args.site_tokens else None
+        insecure = insecure_allowed(args.insecure)
+    except (AuthConfigError, ConfigError) as exc:
+        print(f"{SPEC.name}: {exc}", file=sys.stderr)
+        return None
+    has_token, has_tls = bool(join_token.value or site_tokens), options.tls is not None
+    problem = exposure_problem(
+        SPEC.name, options.host, has_token=has_token, has_tls=has_tls, insecure=insecure
+    )
+    if problem:
+        print(problem, file=sys.stderr)
+        return None
+    if site_tokens:
+        who = "per-site tokens (--site-tokens)"
+    else:
+        who = f"the join token from {join_token.source}" if join_token.value else "no join token"
+    secured = is_loopback(options.host) or (has_token and has_tls)
+    logging.getLogger(SPEC.name).log(
+        logging.INFO if secured else logging.WARNING,
+        "serving on %s with %s, %s%s",
+        options.host,
+        who,
+        "mutual TLS" if has_tls else "no TLS",
+        "" if secured else " (--insecure)",
+    )
+    return join_token.value, site_tokens
 
 
 if __name__ == "__main__":

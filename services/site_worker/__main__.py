@@ -14,6 +14,7 @@ import grpc
 from powertrip.batched import TRAINERS
 from powertrip.config import ConfigError, load_site_tokens
 from powertrip.metrics import service_registry
+from powertrip.rpc.auth import AuthConfigError, add_join_token_flags, resolve_join_token
 from powertrip.service import (
     ServiceSpec,
     base_parser,
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data-dir", help="data directory (default: the run's or the repo's data/)"
     )
-    parser.add_argument("--join-token", default=os.environ.get("POWERTRIP_JOIN_TOKEN", ""))
+    add_join_token_flags(parser, "to present to the aggregator")
     parser.add_argument(
         "--device",
         choices=DEVICES,
@@ -144,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"site_worker: --{exc}", file=sys.stderr)
         return 2
     try:
+        join_token = resolve_join_token(args.join_token, args.join_token_file).value
         tokens = load_site_tokens(args.site_tokens) if args.site_tokens else {}
-    except ConfigError as exc:
+    except (AuthConfigError, ConfigError) as exc:
         print(f"site_worker: {exc}", file=sys.stderr)
         return 2
+    # one set of mutual TLS credentials for every service it dials (a bad --tls-* exits 2)
+    credentials = channel_credentials(args)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     link = None
     if args.shape_link:
@@ -165,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 worker_id,
                 sites[0] if sites else "",
                 args.link_iface,
+                credentials=credentials,
             )
         except LinkError as exc:
             print(f"site_worker: link: {exc}", file=sys.stderr)
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(sites) != 1:
             print("site_worker: --report-power needs exactly one --sites", file=sys.stderr)
             return 2
-        reporter = start_power_reporting(args.profiler, sites[0], worker_id)
+        reporter = start_power_reporting(args.profiler, sites[0], worker_id, credentials)
     config = WorkerConfig(
         aggregator=args.aggregator,
         worker_id=worker_id,
@@ -192,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         site_batch=args.site_batch,
         channels_last=args.channels_last,
         data_dir=args.data_dir,
-        join_token=args.join_token,
+        join_token=join_token,
         site_tokens={s: tokens[s] for s in sites if s in tokens},
-        credentials=channel_credentials(args),
+        credentials=credentials,
         device=device,
     )
     worker = SiteWorker(config)

@@ -101,9 +101,11 @@ def setup_link(
     state_dir=None,
     claim_timeout_s: float = 120.0,
     measure: bool = True,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> LinkSetup:
-    """Claim a site, shape this host's link to its profile, have the profiler measure it."""
-    channel = open_channel(profiler)
+    """Claim a site, shape this host's link to its profile, have the profiler measure it
+    (`credentials`: the worker's mutual TLS, when the profiler serves TLS)."""
+    channel = open_channel(profiler, credentials)
     stub = profiler_pb2_grpc.ProfilerStub(channel)
     try:
         claim = stub.ClaimSite(

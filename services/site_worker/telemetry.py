@@ -70,11 +70,17 @@ class PowerReporter:
     """Every `interval_s`, reports the GPUs' draw and energy as `site_id`'s telemetry."""
 
     def __init__(
-        self, reader: GpuPower, profiler: str, site_id: str, worker_id: str, interval_s: float = 5.0
+        self,
+        reader: GpuPower,
+        profiler: str,
+        site_id: str,
+        worker_id: str,
+        interval_s: float = 5.0,
+        credentials: grpc.ChannelCredentials | None = None,
     ):
         self.reader, self.site_id, self.worker_id = reader, site_id, worker_id
         self.interval_s = interval_s
-        self._channel = open_channel(profiler)
+        self._channel = open_channel(profiler, credentials)
         self._stub = profiler_pb2_grpc.ProfilerStub(self._channel)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="power", daemon=True)
@@ -107,11 +113,17 @@ class PowerReporter:
                 log.warning("power telemetry not delivered: %s", exc.code().name)
 
 
-def start_power_reporting(profiler: str, site_id: str, worker_id: str) -> PowerReporter | None:
-    """Start reporting when NVML works; otherwise log once why not and return None."""
+def start_power_reporting(
+    profiler: str,
+    site_id: str,
+    worker_id: str,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> PowerReporter | None:
+    """Start reporting when NVML works; otherwise log once why not and return None
+    (`credentials`: the worker's mutual TLS, when the profiler serves TLS)."""
     reader, why = GpuPower.open()
     if reader is None:
         log.info("no GPU power telemetry: %s", why)
         return None
     log.info("reporting GPU power for %s from NVML", site_id)
-    return PowerReporter(reader, profiler, site_id, worker_id).start()
+    return PowerReporter(reader, profiler, site_id, worker_id, credentials=credentials).start()

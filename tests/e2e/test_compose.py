@@ -132,10 +132,16 @@ def stack_env(runs: Path, run_name: str, **overrides: str) -> dict[str, str]:
     return env
 
 
-def compose_command(compose: list[str], project: str, env: dict[str, str]) -> list[str]:
-    """Fill the wheelhouse the images install from; the compose command for `project`."""
+def compose_command(
+    compose: list[str], project: str, env: dict[str, str], overrides: tuple[str, ...] = ()
+) -> list[str]:
+    """Fill the wheelhouse the images install from; the compose command for `project`, with
+    `overrides` (file names in deploy/, e.g. "docker-compose.tls.yml") after the base file."""
     _run([str(DEPLOY / "wheelhouse.sh")], env=env, timeout=600)
-    return [*compose, "-p", project, "-f", str(DEPLOY / "docker-compose.yml")]
+    files = [
+        arg for name in ("docker-compose.yml", *overrides) for arg in ("-f", str(DEPLOY / name))
+    ]
+    return [*compose, "-p", project, *files]
 
 
 @pytest.fixture(scope="module")

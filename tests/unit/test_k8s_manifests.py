@@ -310,8 +310,10 @@ def test_aggregator_keeps_its_run_on_a_volume_and_resumes(rendered):
     (claim,) = agg["spec"]["volumeClaimTemplates"]
     mount = next(m for m in c["volumeMounts"] if m["name"] == claim["metadata"]["name"])
     assert out.startswith(mount["mountPath"] + "/")
-    assert "--join-token=$(POWERTRIP_JOIN_TOKEN)" in c["args"]
-    assert any(e["name"] == "POWERTRIP_JOIN_TOKEN" for e in c["env"])
+    # the join token comes as a file from the Secret, never in the process arguments
+    assert not any(a.startswith("--join-token") for a in c["args"])
+    token_file = next(e["value"] for e in c["env"] if e["name"] == "POWERTRIP_JOIN_TOKEN_FILE")
+    assert any(token_file.startswith(m["mountPath"] + "/") for m in c["volumeMounts"])
 
 
 def test_run_config_map_is_a_valid_run_for_the_entrypoint(rendered):

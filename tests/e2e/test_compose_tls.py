@@ -1,0 +1,173 @@
+"""The compose stack with mutual TLS and a join token from a secret file, for real:
+`docker-compose -f docker-compose.yml -f docker-compose.tls.yml up` with certificates and a
+token from `JOIN_TOKEN=1 deploy/tls/make-certs.sh`, the same images and small synthetic run
+as tests/e2e/test_compose.py (shared helpers: stack_env, compose_command).
+
+Checks: every container turns healthy (deploy/healthcheck.py over TLS) without a restart;
+the site workers (shaped links, TLS to the profiler and the aggregator, token from the file)
+complete 3 rounds; the aggregator serves without --insecure and says where its token came
+from; its port is published on 127.0.0.1 only and refuses plaintext and a wrong token; logs
+rotate; Prometheus keeps its data in the named volume. Then `down -v` leaves nothing of the
+project behind. Skipped, with the reason, without a Docker engine or openssl.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
+from tests.e2e.test_compose import (
+    _PROBLEM,
+    DEPLOY,
+    SITES,
+    _compose,
+    _run,
+    _wait,
+    compose_command,
+    stack_env,
+)
+
+ROUNDS_WANTED = 3
+SERVICES = ("policy", "profiler", "aggregator", "site-worker", "prometheus")
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
+if _PROBLEM:
+    pytestmark.append(pytest.mark.skip(reason=_PROBLEM))
+elif shutil.which("openssl") is None:
+    pytestmark.append(pytest.mark.skip(reason="openssl not installed: no certificates"))
+
+
+@pytest.fixture(scope="module")
+def tls_stack(tmp_path_factory):
+    compose = _compose()
+    project = f"pttls{os.getpid()}"
+    runs = tmp_path_factory.mktemp("runs")
+    secrets = tmp_path_factory.mktemp("secrets")
+    subprocess.run(
+        ["bash", str(DEPLOY / "tls/make-certs.sh"), str(secrets),
+         "aggregator", "profiler", "policy", "site-worker", "client"],
+        check=True, capture_output=True, timeout=120, env={**os.environ, "JOIN_TOKEN": "1"},
+    )  # fmt: skip
+    env = stack_env(
+        runs,
+        "tls",
+        POWERTRIP_POLICY="all",
+        # keep the run going while the test looks at it; torn down at the end
+        POWERTRIP_MAX_ROUNDS="100000",
+        POWERTRIP_SECRETS_DIR=str(secrets),
+        # its own tag: a compose test of another checkout running at the same time keeps its
+        # images (the layers are shared, so this costs no build)
+        POWERTRIP_TAG="e2e-tls",
+    )
+    cmd = compose_command(compose, project, env, ("docker-compose.tls.yml",))
+    _run([*cmd, "build"], env=env, timeout=900)
+    try:
+        _run([*cmd, "up", "-d", "--no-build"], env=env, timeout=600)
+        yield {"cmd": cmd, "env": env, "project": project, "secrets": secrets,
+               "out": runs / "tls", "log": runs / "compose.log"}  # fmt: skip
+    finally:
+        if not (runs / "compose.log").exists():  # the test failed before its own `down`
+            _save_logs(cmd, env, runs / "compose.log")
+        _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
+
+
+def _save_logs(cmd: list[str], env: dict[str, str], path) -> None:
+    logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
+    path.write_text(logs.stdout + logs.stderr)
+    print(f"compose logs: {path}")
+
+
+def _containers(stack) -> dict[str, list[str]]:
+    return {
+        s: _run([*stack["cmd"], "ps", "-q", s], env=stack["env"]).stdout.split() for s in SERVICES
+    }
+
+
+def _inspect(cid: str, fmt: str) -> str:
+    return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
+
+
+def _project_leftovers(project: str) -> list[str]:
+    label = f"label=com.docker.compose.project={project}"
+    found = []
+    for kind in (["ps", "-aq"], ["volume", "ls", "-q"], ["network", "ls", "-q"]):
+        found += _run(["docker", *kind, "--filter", label]).stdout.split()
+    return found
+
+
+def test_tls_stack_is_healthy_runs_rounds_and_tears_down(tls_stack):
+    stack, secrets = tls_stack, tls_stack["secrets"]
+
+    def all_healthy():
+        found = _containers(stack)
+        ids = [c for s in SERVICES for c in found[s]]
+        if len(found["site-worker"]) != SITES or len(ids) != len(SERVICES) - 1 + SITES:
+            return None
+        states = {c: _inspect(c, "{{.State.Health.Status}}") for c in ids}
+        return found if set(states.values()) == {"healthy"} else None
+
+    containers = _wait("every container healthy (health checks over TLS)", all_healthy, 420)
+    rounds_csv = stack["out"] / "rounds.csv"
+    _wait(
+        f"{ROUNDS_WANTED} rounds",
+        lambda: (
+            rounds_csv.exists() and len(list(csv.DictReader(rounds_csv.open()))) >= ROUNDS_WANTED
+        ),
+        timeout_s=300,
+        every_s=1,
+    )
+    for cid in (c for ids in containers.values() for c in ids):
+        assert _inspect(cid, "{{.RestartCount}}") == "0", f"{cid} restarted"
+        log_config = _inspect(cid, "{{json .HostConfig.LogConfig}}")
+        assert '"Type":"json-file"' in log_config and "max-size" in log_config, log_config
+
+    # the aggregator: secured by token file and TLS, so no --insecure
+    logs = _run([*stack["cmd"], "logs", "--no-color", "aggregator"], env=stack["env"]).stdout
+    assert (
+        "with the join token from POWERTRIP_JOIN_TOKEN_FILE=/run/secrets/powertrip/join-token, "
+        "mutual TLS" in logs
+    ), logs[-3000:]
+    assert "--insecure" not in logs
+    assert (secrets / "join-token").read_text().strip() not in logs
+
+    # its published port: loopback only, TLS only, the right token only
+    published = _run([*stack["cmd"], "port", "aggregator", "50051"], env=stack["env"]).stdout
+    host, port = published.strip().rsplit(":", 1)
+    assert host == "127.0.0.1", published
+    client = grpc.ssl_channel_credentials(
+        root_certificates=(secrets / "ca.crt").read_bytes(),
+        private_key=(secrets / "client.key").read_bytes(),
+        certificate_chain=(secrets / "client.crt").read_bytes(),
+    )
+    target = f"127.0.0.1:{port}"
+    with grpc.secure_channel(target, client) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as info:
+            aggregator_pb2_grpc.AggregatorStub(channel).Register(
+                aggregator_pb2.RegisterRequest(worker_id="intruder", join_token="wrong"),
+                timeout=10,
+            )
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as info:
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    # Prometheus keeps its series in the named volume
+    (prometheus,) = containers["prometheus"]
+    mounts = _inspect(prometheus, "{{range .Mounts}}{{.Name}}={{.Destination}} {{end}}")
+    assert f"{stack['project']}_prometheus-data=/prometheus" in mounts, mounts
+
+    # and `down -v` leaves nothing of the project: containers, volumes, networks
+    _save_logs(stack["cmd"], stack["env"], stack["log"])
+    _run([*stack["cmd"], "down", "-v", "--remove-orphans", "-t", "5"], env=stack["env"])
+    assert _project_leftovers(stack["project"]) == []
