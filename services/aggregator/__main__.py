@@ -77,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="continue from the last checkpoint in --out (start fresh if there is none)",
     )
+    parser.add_argument(
+        "--audit-dir",
+        default=os.environ.get("POWERTRIP_AGGREGATOR_AUDIT_DIR") or None,
+        help="keep every accepted delta, each round's contributors and the initial model "
+        "here, so the model can be recomputed and checked (`python -m services.aggregator."
+        "audit DIR`); costs one model's bytes on disk per accepted update "
+        "(env POWERTRIP_AGGREGATOR_AUDIT_DIR)",
+    )
     args = parser.parse_args(argv)
     setup_process(args.log_level, SPEC.name, args.log_format)
     try:
@@ -103,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         join_token=join_token,
         resume=args.resume,
         credentials=channel_credentials(args),
+        audit_dir=Path(args.audit_dir) if args.audit_dir else None,
     )
     registry = service_registry()
     metrics = AggregatorMetrics(registry, round_deadline_s=run.round_deadline_s)

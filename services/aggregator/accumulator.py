@@ -14,18 +14,27 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from powertrip.fedavg import StreamingFedAvg
+from services.aggregator.audit import RoundAudit
 
 
 class RoundAccumulator:
     """A StreamingFedAvg that several upload threads and the round loop share safely."""
 
-    def __init__(self, order: Sequence[str], template: Mapping[str, np.ndarray]):
+    def __init__(
+        self,
+        order: Sequence[str],
+        template: Mapping[str, np.ndarray],
+        audit: RoundAudit | None = None,
+    ):
         self._lock = threading.Lock()
         self._fedavg = StreamingFedAvg(order, template)
+        self._audit = audit
 
     def add(self, site: str, delta: Mapping[str, np.ndarray], weight: float) -> None:
         with self._lock:
             self._fedavg.add(site, delta, weight)
+            if self._audit is not None:
+                self._audit.record(site, delta, weight)
 
     def skip(self, sites: Iterable[str]) -> None:
         """These sites will not contribute (they missed the deadline): stop waiting on them."""
@@ -36,6 +45,11 @@ class RoundAccumulator:
     def result(self) -> dict[str, np.ndarray]:
         with self._lock:
             return self._fedavg.result()
+
+    def commit_audit(self) -> None:
+        """The round's model is installed: finalise its audit record (if one is kept)."""
+        if self._audit is not None:
+            self._audit.commit(self.contributors)
 
     @property
     def contributors(self) -> list[str]:

@@ -22,6 +22,7 @@ class AggregatorConfig:
     join_token: str = ""  # when set, workers must present it to register
     resume: bool = False  # continue from out_dir/checkpoint
     credentials: object = None  # grpc.ChannelCredentials for profiler/policy (mutual TLS)
+    audit_dir: Path | None = None  # keep every accepted delta here (audit.py), or not
 
 
 def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:

@@ -21,6 +21,7 @@ from powertrip.sitecolumns import profile_at
 from powertrip.v1 import common_pb2, policy_pb2
 from powertrip.workloads import get_workload
 from services.aggregator.accumulator import RoundAccumulator
+from services.aggregator.audit import DeltaAudit
 from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
 from services.aggregator.clock import ModelRound, measured_time, simulated_time
 from services.aggregator.columns import site_rows
@@ -77,6 +78,7 @@ class RoundLoop:
         self.evaluator = Evaluator(self.workload, self.run)
         self.control = ControlClient(self.run, metrics)
         self.checkpoints = CheckpointStore(config.out_dir, self.run)
+        self.audit = DeltaAudit(config.audit_dir) if config.audit_dir else None
         self.recorder: RunRecorder | None = None
         self.result = LoopResult()
         self.start_round = 1
@@ -94,6 +96,8 @@ class RoundLoop:
                 )
             self.recorder = RunRecorder(self.config.out_dir, clock=self.run.clock)
             self.state.set_model(initial, version=0)
+            if self.audit is not None:
+                self.audit.start(initial)
         else:
             self._resume(resumed)
         self.run.write_yaml(self.config.out_dir / runfiles.CONFIG)
@@ -132,11 +136,12 @@ class RoundLoop:
         """Hand each selected site its task (see tasks.py) and open the round for uploads."""
         version = self.state.model_version
         order = list(selection.site_ids)
+        audit = self.audit.open_round(round_no, order, version) if self.audit else None
         progress = RoundInProgress(
             round=round_no,
             model_version=version,
             tasks=round_tasks(self.run, round_no, selection, version, steps or {}),
-            fedavg=RoundAccumulator(order, self.state.weights),
+            fedavg=RoundAccumulator(order, self.state.weights, audit),
         )
         self.state.install_round(progress)
         return progress
@@ -232,6 +237,7 @@ class RoundLoop:
         accuracy, loss = self.evaluator.evaluate(new_weights)
         eval_end = time.monotonic()
         self.state.set_model(new_weights, version=progress.model_version + 1)
+        progress.fedavg.commit_audit()
         wall.dispatch_s = dispatched_at - dispatch_start
         wall.collect_s = collected_at - dispatched_at
         wall.train_s = collected_at - wall_start

@@ -51,6 +51,7 @@ class Rejected(Exception):
     def __init__(self, code: grpc.StatusCode, reason: str, message: str):
         super().__init__(message)
         self.code, self.reason = code, reason
+        self.task = ""  # the upload's task id, once its header was read (for the log)
 
 
 class DeltaReceiver:
@@ -65,7 +66,8 @@ class DeltaReceiver:
             header, arrays, received = self._receive(request_iterator, context)
         except Rejected as exc:
             self.metrics.rejected.labels(exc.reason).inc()
-            log.warning("rejected delta: %s (%s)", exc, exc.reason)
+            of = f" for {exc.task}" if exc.task else ""
+            log.warning("rejected delta%s: %s (%s)", of, exc, exc.reason)
             context.abort(exc.code, f"{exc} [reason={exc.reason}]")
         self.metrics.transfer.labels("up").inc(received)
         try:
@@ -86,6 +88,14 @@ class DeltaReceiver:
                 grpc.StatusCode.INVALID_ARGUMENT, "no_header", "stream must start with a header"
             )
         header = first.header
+        try:
+            return self._receive_stream(header, iterator)
+        except Rejected as exc:
+            exc.task = header.task_id
+            raise
+
+    def _receive_stream(self, header, iterator):
+        """The rest of `_receive`, once the stream's header is known."""
         info = self.state.authenticate(header.worker_id, header.session_token)
         if info is None:
             raise Rejected(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", "bad session token")
@@ -261,10 +271,9 @@ class DeltaReceiver:
                 )
             current = state.current
             if current is None or current.round != request.round:
-                have = current.round if current else state.round_no
                 context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"upload for round {request.round}, current round is {have}",
+                    f"upload for round {request.round}; {_open_round(current, state.round_no)}",
                 )
             task = current.tasks.get(request.task_id)
             if task is None or task.site_id != site:
@@ -311,7 +320,7 @@ class DeltaReceiver:
                 raise Rejected(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     "future_round" if header.round > have else "stale_round",
-                    f"delta for round {header.round}, current round is {have}",
+                    f"delta for round {header.round}; {_open_round(current, have)}",
                 )
             task = current.tasks.get(header.task_id)
             if task is None or task.site_id != header.site_id:
@@ -359,6 +368,13 @@ class DeltaReceiver:
             current.steps[site] = header.steps
             current.bytes_up += received
             self.state.changed.notify_all()
+
+
+def _open_round(current, last_round: int) -> str:
+    """Which round takes uploads now, in words (a closed round is not 'current')."""
+    if current is not None:
+        return f"the open round is {current.round}"
+    return f"no round is open (the last was {last_round})"
 
 
 def _identity(header: aggregator_pb2.DeltaHeader) -> aggregator_pb2.DeltaHeader:

@@ -226,6 +226,7 @@ class SiteWorker:
             session_token=session,
         )
         nbytes = sum(a.nbytes for a in arrays.values())
+        log.info("uploading the delta of %s for %s: %d bytes", task.site_id, task.task_id, nbytes)
         first_deadline = deadline_for(nbytes)
         window_end = time.monotonic() + UPLOAD_WINDOW * first_deadline
         backoff = RESUME_BACKOFF_S[0]

@@ -18,11 +18,11 @@ Checks: the run completes (summary.json `done`, every round once, consecutive, i
 rounds.csv and decisions.jsonl); every round's accepted deltas (selected minus failed
 sites) are in its FedAvg exactly once: `bytes_up` = accepted x the model's bytes; the
 checkpoint's model version equals the number of rounds (no round aggregated twice, none
-lost across the resume); and the metrics show each fault: site failures, policy and
-profiler retries and fallbacks, restarts (RestartCount, the aggregator's
-process_start_time_seconds).  What it cannot check: that the final model equals the FedAvg
-of the accepted deltas, since the containers do not keep the deltas (the loopback tests do:
-tests/reliability/test_bad_input_corpus.py, test_resume.py).
+lost across the resume); the final model is bit-identical to the FedAvg of the accepted
+deltas, recomputed from the aggregator's --audit-dir (services/aggregator/audit.py); and
+the metrics show each fault: site failures, policy and profiler retries and fallbacks,
+restarts (RestartCount, the aggregator's process_start_time_seconds).  A worker crashed
+mid-upload (a 26 MB FEMNIST delta) is tests/e2e/test_chaos_upload.py.
 
 Skipped, with the reason, when no Docker engine is reachable.
 """
@@ -34,21 +34,13 @@ import json
 import os
 import re
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_compose import (
-    _PROBLEM,
-    _compose,
-    _query,
-    _run,
-    _wait,
-    compose_command,
-    stack_env,
-)
+from services.aggregator.audit import verify
+from tests.e2e.test_compose import _PROBLEM, _query, _run, _wait, running_stack
 
 SITES = 4
 # The synthetic model trains 5 steps a round by default, so a round takes ~0.2 s and a run
@@ -57,10 +49,11 @@ SITES = 4
 # run still ends first, the test says so: raise POWERTRIP_CHAOS_ROUNDS.
 ROUNDS = int(os.environ.get("POWERTRIP_CHAOS_ROUNDS", "45"))
 LOCAL_STEPS = "1500"  # ~1.7-2.8 s rounds here
-# shorter than a worker container's restart (start, shape, measure, register: ~8 s here), so
-# the crashed worker's round closes without it; a faster restart gets the round's task
-# re-queued instead, which the test accepts too
-DEADLINE_S = 6
+# A crashed worker's round closes without it when its restart (start, shape, measure,
+# register: ~8 s here) outlasts the deadline; a faster restart gets the round's task
+# re-queued instead, which the test accepts too. 6 s (before) left no slack for a slow
+# first round on a loaded machine: at load 14 every site missed round 1 and the run failed.
+DEADLINE_S = int(os.environ.get("POWERTRIP_CHAOS_DEADLINE_S", "20"))
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 if _PROBLEM:
@@ -69,13 +62,8 @@ if _PROBLEM:
 
 @pytest.fixture(scope="module")
 def chaos_stack():
-    compose = _compose()
-    project = f"ptchaos{os.getpid()}"
-    # outside pytest's basetemp (pruned while other sessions run): the run and compose.log
-    # stay for a look after a failure
-    runs = Path(tempfile.mkdtemp(prefix="powertrip-chaos-"))
-    env = stack_env(
-        runs,
+    with running_stack(
+        "ptchaos",
         "chaos",
         POWERTRIP_SITES=str(SITES),
         POWERTRIP_POLICY="all",
@@ -83,24 +71,11 @@ def chaos_stack():
         POWERTRIP_ROUND_DEADLINE_S=str(DEADLINE_S),
         POWERTRIP_LOCAL_STEPS=LOCAL_STEPS,
         POWERTRIP_PROBE_INTERVAL_S="60",
-    )
-    cmd = compose_command(compose, project, env)
-    _run([*cmd, "build"], env=env, timeout=900)
-    try:
-        _run([*cmd, "up", "-d", "--no-build"], env=env, timeout=600)
+        POWERTRIP_AUDIT_DIR="/app/runs/chaos-audit",
+    ) as stack:
+        cmd, env = stack["cmd"], stack["env"]
         port = _run([*cmd, "port", "prometheus", "9090"], env=env).stdout.strip().rsplit(":", 1)[1]
-        yield {
-            "cmd": cmd,
-            "env": env,
-            "prom": f"http://127.0.0.1:{port}",
-            "out": runs / "chaos",
-            "log": runs / "compose.log",
-        }
-    finally:
-        logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
-        (runs / "compose.log").write_text(logs.stdout + logs.stderr)
-        print(f"compose logs: {runs / 'compose.log'}")
-        _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
+        yield {**stack, "prom": f"http://127.0.0.1:{port}", "audit": stack["runs"] / "chaos-audit"}
 
 
 # ---- reading the run ---------------------------------------------------------------------
@@ -348,6 +323,8 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     # no round aggregated twice or lost across the resume
     final = json.loads((out / "checkpoint" / "state.json").read_text())
     assert final["round"] == ROUNDS and final["model_version"] == ROUNDS, final
+    # ... and its model is exactly the FedAvg of the accepted deltas, round by round
+    figures["audit"] = verify(stack["audit"], out)
 
     # each fault left its mark
     assert any("fallback" in json.dumps(d["explanation"]) for d in decisions)

@@ -13,6 +13,7 @@ Skipped, with the reason, when no Docker engine is reachable (CI installs and st
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -20,9 +21,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -142,6 +145,28 @@ def compose_command(
         arg for name in ("docker-compose.yml", *overrides) for arg in ("-f", str(DEPLOY / name))
     ]
     return [*compose, "-p", project, *files]
+
+
+@contextlib.contextmanager
+def running_stack(prefix: str, run_name: str, **overrides: str) -> Iterator[dict]:
+    """Build and start a compose stack for one test module's run RUN_NAME (stack_env with
+    `overrides`), in a directory outside pytest's basetemp (pruned while other sessions
+    run) so the run and compose.log stay for a look after a failure; yield its command,
+    environment and directories; save the logs and tear everything down at the end."""
+    compose = _compose()
+    project = f"{prefix}{os.getpid()}"
+    runs = Path(tempfile.mkdtemp(prefix=f"powertrip-{run_name}-"))
+    env = stack_env(runs, run_name, **overrides)
+    cmd = compose_command(compose, project, env)
+    _run([*cmd, "build"], env=env, timeout=900)
+    try:
+        _run([*cmd, "up", "-d", "--no-build"], env=env, timeout=600)
+        yield {"cmd": cmd, "env": env, "runs": runs, "out": runs / run_name}
+    finally:
+        logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
+        (runs / "compose.log").write_text(logs.stdout + logs.stderr)
+        print(f"compose logs: {runs / 'compose.log'}")
+        _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -52,8 +52,8 @@ def kill9(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def powertrip(*args: str, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ)
+def powertrip(*args: str, extra_env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, **(extra_env or {})}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.Popen(
         [sys.executable, "-m", "powertrip.cli", *args],

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from services.aggregator.audit import verify
 from tests.reliability.procs import checkpoint_round, find_child, kill9, powertrip, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,9 @@ def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path):
     assert code == 0, err[-3000:]
 
     cut = tmp_path / "interrupted"
-    cli = powertrip("run", *RUN, "--out", str(cut))
+    # the aggregator keeps every accepted delta (--audit-dir, inherited from the environment)
+    audit = {"POWERTRIP_AGGREGATOR_AUDIT_DIR": str(tmp_path / "audit")}
+    cli = powertrip("run", *RUN, "--out", str(cut), extra_env=audit)
     try:
         aggregator = find_child(cli.pid, "services.aggregator")
         wait_for(lambda: checkpoint_round(cut) >= 3, 240, "the round-3 checkpoint")
@@ -48,8 +51,11 @@ def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path):
     partial = (cut / "rounds.csv").read_bytes()
     assert partial != (whole / "rounds.csv").read_bytes()
 
-    code, err = _finish(powertrip("run", "--resume", str(cut), "--quiet"))
+    code, err = _finish(powertrip("run", "--resume", str(cut), "--quiet", extra_env=audit))
     assert code == 0, err[-3000:]
+    # the final model is exactly the FedAvg of the accepted deltas across the kill: the
+    # round being trained at the kill was redone, not summed twice
+    assert verify(tmp_path / "audit", cut).startswith("8 rounds replayed")
     assert (cut / "rounds.csv").read_bytes() == (whole / "rounds.csv").read_bytes()
     summary = json.loads((cut / "summary.json").read_text())
     assert summary["rounds"] == 8 and summary["status"] == "done"
