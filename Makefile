@@ -116,6 +116,9 @@ clean:
 	rm -rf $(VENV) runs .pytest_cache
 
 REPRODUCE_OUT ?= runs/reproduce
+# the whole evaluation's runs are kept in git (their models and logs are not, .gitignore):
+# it takes longer than one sitting, so each `make reproduce-all` goes on from the last
+REPRODUCE_ALL_OUT ?= results/reproduce
 REPRODUCE_FIGURE ?= 8,9,10
 # empty: each target's own default (reproduce 3 seeds, reproduce-all 5)
 REPRODUCE_SEEDS ?=
@@ -125,8 +128,8 @@ reproduce: setup  ## the paper's Figs. 8-10, which share their runs (or REPRODUC
 
 # every figure (6-14) and the ablation, resumable ('run i/N' with an ETA before each run),
 # then every report.html and results/claims.md (copied even when a run failed)
-reproduce-all: setup  ## all figures + ablation over REPRODUCE_SEEDS (5) seeds into REPRODUCE_OUT, then results/claims.md
-	$(BIN)/powertrip reproduce --figure all --seeds $(or $(REPRODUCE_SEEDS),5) --out $(REPRODUCE_OUT) --summary results/claims.md
+reproduce-all: setup  ## all figures + ablation over REPRODUCE_SEEDS (5) seeds into REPRODUCE_ALL_OUT (results/reproduce, resumable), then results/claims.md
+	$(BIN)/powertrip reproduce --figure all --seeds $(or $(REPRODUCE_SEEDS),5) --out $(REPRODUCE_ALL_OUT) --summary results/claims.md
 
-reproduce-summary: setup  ## re-render REPRODUCE_OUT's reports and copy its claims table to results/claims.md
-	$(BIN)/powertrip reproduce --figure all --report-only --out $(REPRODUCE_OUT) --summary results/claims.md
+reproduce-summary: setup  ## re-render REPRODUCE_ALL_OUT's reports and copy its claims table to results/claims.md
+	$(BIN)/powertrip reproduce --figure all --report-only --out $(REPRODUCE_ALL_OUT) --summary results/claims.md
