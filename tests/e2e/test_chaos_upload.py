@@ -14,7 +14,8 @@ SIGKILLs the container's process (a crash; the restart policy brings it back). C
 * the run completes with every round once, and the final model is bit-identical to the
   FedAvg of the accepted deltas, recomputed from the aggregator's --audit-dir
   (services/aggregator/audit.py);
-* the fault is visible: the worker container's RestartCount.
+* the fault is visible: `powertrip_delta_rejected_total{reason="stream_aborted"}` in
+  Prometheus, and the worker container's RestartCount.
 
 Skipped, with the reason, when no Docker engine is reachable.
 """
@@ -34,6 +35,7 @@ from tests.e2e.test_chaos_compose import (
     _ids,
     _inspect,
     _last_round,
+    _metric,
     _rows,
     _slowest_worker,
 )
@@ -62,7 +64,9 @@ def upload_stack():
         # 0.25-1 Gbit/s x 0.1 = 25-100 Mbit/s (see the module's docstring)
         POWERTRIP_LINK_BANDWIDTH_SCALE="0.1",
     ) as stack:
-        yield stack
+        cmd, env = stack["cmd"], stack["env"]
+        port = _run([*cmd, "port", "prometheus", "9090"], env=env).stdout.strip().rsplit(":", 1)[1]
+        yield {**stack, "prom": f"http://127.0.0.1:{port}"}
 
 
 def _logs(cid: str) -> str:
@@ -118,4 +122,6 @@ def test_worker_crashed_mid_upload_loses_nothing_and_adds_nothing(upload_stack):
     # the final model is the FedAvg of the accepted deltas, none lost, none twice
     print(verify(stack["runs"] / "upload-audit", out))
     assert int(_inspect(worker, "{{.RestartCount}}")) >= 1
+    aborted = 'powertrip_delta_rejected_total{job="aggregator",reason="stream_aborted"}'
+    _wait("the broken stream in Prometheus", lambda: _metric(stack["prom"], aborted) >= 1, 60)
     assert len(_ids(stack, "site-worker")) == SITES
