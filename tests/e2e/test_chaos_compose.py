@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from services.aggregator.audit import verify
-from tests.e2e.test_compose import _PROBLEM, _query, _run, _wait, running_stack
+from tests.e2e.test_compose import _PROBLEM, _inspect, _query, _run, _wait, running_stack
 
 SITES = 4
 # The synthetic model trains 5 steps a round by default, so a round takes ~0.2 s and a run
@@ -106,10 +106,6 @@ def _metric(prom: str, expr: str) -> float:
 # ---- containers --------------------------------------------------------------------------
 def _ids(stack, service: str) -> list[str]:
     return _run([*stack["cmd"], "ps", "-q", service], env=stack["env"]).stdout.split()
-
-
-def _inspect(cid: str, fmt: str) -> str:
-    return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
 
 
 class _Figures(dict):

@@ -33,13 +33,12 @@ from tests.e2e.test_chaos_compose import (
     _crash,
     _decisions,
     _ids,
-    _inspect,
     _last_round,
     _metric,
     _rows,
     _slowest_worker,
 )
-from tests.e2e.test_compose import _PROBLEM, _run, _wait, running_stack
+from tests.e2e.test_compose import _PROBLEM, _inspect, _run, _wait, running_stack
 
 SITES = 3
 ROUNDS = 4

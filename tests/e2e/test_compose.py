@@ -147,6 +147,17 @@ def compose_command(
     return [*compose, "-p", project, *files]
 
 
+def _save_logs(cmd: list[str], env: dict[str, str], path: Path) -> None:
+    """Every container's log of the stack, kept for a look after the test."""
+    logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
+    path.write_text(logs.stdout + logs.stderr)
+    print(f"compose logs: {path}")
+
+
+def _inspect(cid: str, fmt: str) -> str:
+    return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
+
+
 @contextlib.contextmanager
 def running_stack(prefix: str, run_name: str, **overrides: str) -> Iterator[dict]:
     """Build and start a compose stack for one test module's run RUN_NAME (stack_env with
@@ -163,9 +174,7 @@ def running_stack(prefix: str, run_name: str, **overrides: str) -> Iterator[dict
         _run([*cmd, "up", "-d", "--no-build"], env=env, timeout=600)
         yield {"cmd": cmd, "env": env, "runs": runs, "out": runs / run_name}
     finally:
-        logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
-        (runs / "compose.log").write_text(logs.stdout + logs.stderr)
-        print(f"compose logs: {runs / 'compose.log'}")
+        _save_logs(cmd, env, runs / "compose.log")
         _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
 
 
@@ -198,8 +207,7 @@ def stack(tmp_path_factory):
             "build_s": build_s,
         }
     finally:
-        logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
-        (runs / "compose.log").write_text(logs.stdout + logs.stderr)
+        _save_logs(cmd, env, runs / "compose.log")
         _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
 
 

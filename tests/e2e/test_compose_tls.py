@@ -28,7 +28,9 @@ from tests.e2e.test_compose import (
     DEPLOY,
     SITES,
     _compose,
+    _inspect,
     _run,
+    _save_logs,
     _wait,
     compose_command,
     stack_env,
@@ -78,20 +80,10 @@ def tls_stack(tmp_path_factory):
         _run([*cmd, "down", "-v", "--remove-orphans", "-t", "5"], env=env, check=False)
 
 
-def _save_logs(cmd: list[str], env: dict[str, str], path) -> None:
-    logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
-    path.write_text(logs.stdout + logs.stderr)
-    print(f"compose logs: {path}")
-
-
 def _containers(stack) -> dict[str, list[str]]:
     return {
         s: _run([*stack["cmd"], "ps", "-q", s], env=stack["env"]).stdout.split() for s in SERVICES
     }
-
-
-def _inspect(cid: str, fmt: str) -> str:
-    return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
 
 
 def _project_leftovers(project: str) -> list[str]:
