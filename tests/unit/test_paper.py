@@ -309,7 +309,7 @@ def test_ablation_table_says_which_choice_flips_the_claim():
 
 
 # ---- rendering from run directories ------------------------------------------------------
-@pytest.mark.parametrize("figure", ["9", "ablation"])
+@pytest.mark.parametrize("figure", ["9", "13", "ablation"])
 def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     from powertrip.paper.render import render_all
     from tests.unit.test_reproduce import made_up_sweep, write_run
@@ -318,14 +318,14 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     seeds = [0, 1]
     made_up_sweep(out, "uniform", seeds, {2: 1.5, 5: 1.2})
     arms = ["powertrip", *(a for a in fig09.SUITE.arms if a not in ("sweep", "static-k*"))]
-    variants = ["uniform"] + (
-        ["gain-separable", "two-directions", "data-parallel", "uniform-distances"]
-        if figure == "ablation"
-        else []
-    )
-    for variant in variants:
+    others = {
+        "ablation": ["gain-separable", "two-directions", "data-parallel", "uniform-distances"],
+        "13": ["size-1gb", "size-2gb"],
+    }.get(figure, [])
+    elsewhere = ["powertrip", "static-k5"] + (["centralized-25"] if figure == "13" else [])
+    for variant in ["uniform", *others]:
         for seed in seeds:
-            for arm in arms if variant == "uniform" else ["powertrip", "static-k5"]:
+            for arm in arms if variant == "uniform" else elsewhere:
                 write_run(
                     out / "runs" / variant / f"seed{seed}" / arm,
                     arm,
@@ -335,7 +335,7 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
                 )
     meta = {"seeds": seeds, "sweep_k": [2, 5], "base_config": {"num_sites": 10}, "cores": 2}
     reports = render_all(out, [figure], meta)
-    folder = "fig9" if figure == "9" else "ablation"
+    folder = figure if figure == "ablation" else f"fig{figure}"
     assert reports[figure] == out / folder / "report.html"
     html = reports[figure].read_text()
     assert "The paper" in html and "holds?" in html
@@ -343,6 +343,11 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     assert claims and all(r["figure"] == figure for r in claims)
     summary = json.dumps(C.read_claims_csv(out / "claims.csv"))
     assert figure in summary
+    if figure == "13":  # 1 and 2 GB read the 1.5 GB sweep's k* (static-k5), no n/a
+        rows = {r["claim"]: r for r in claims}
+        row = rows["at 2 GB PowerTrip is faster than static-k* (k* of the 1.5 GB sweep)"]
+        assert row["holds"] != "n/a" and "not run" not in row["ours"]
+        assert all(r["holds"] != "n/a" for r in claims), claims
     if figure == "ablation":
         assert "static-k* time (h), k = 5" in html
         assert "nothing (same settings as uniform)" in html  # the made-up runs flip nothing

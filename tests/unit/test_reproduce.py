@@ -273,6 +273,24 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     }
 
 
+def test_fig13_sizes_run_static_k_star_of_the_1_5_gb_sweep(tmp_path):
+    """1 and 2 GB compare against the k tuned once at 1.5 GB, not a sweep of their own."""
+    grid = [2, 5]
+    by_variant: dict[str, list[str]] = {}
+    for r in R.plan(["13"], [0], 10, grid):
+        by_variant.setdefault(r.variant, []).append(r.arm.name)
+    assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5", "centralized-25"]
+    for name in ("size-1gb", "size-2gb"):
+        assert by_variant[name] == ["powertrip", "centralized-25"]
+    made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
+    deferred, chosen = R.deferred_runs(tmp_path, ["13"], [0], grid)
+    assert chosen == {"static-k@uniform*": 5}
+    assert {(r.variant, r.arm.name) for r in deferred} == {
+        ("size-1gb", "static-k5"),
+        ("size-2gb", "static-k5"),
+    }
+
+
 def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
     base = RunConfig.from_yaml(R.DEFAULT_CONFIG)
     uniform = R.variant_config(base, R.VARIANTS["uniform"], 0).to_dict()
