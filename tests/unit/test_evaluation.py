@@ -1,0 +1,58 @@
+"""The aggregator's held-out evaluation: how many threads it takes, and that the thread
+count never changes the accuracy and loss a run records (the policy reads them)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from powertrip.config import RunConfig
+from powertrip.training import eval_subset, evaluate
+from powertrip.workloads import get_workload
+from services.aggregator.evaluator import eval_threads
+
+
+@pytest.mark.parametrize(
+    ("workers", "train_threads", "threads_per_worker", "cores", "expected"),
+    [
+        (1, 0, 1, 2, 2),  # the embedded default: every core
+        (1, 1, 1, 2, 1),  # one training thread: one core
+        (2, 1, 1, 8, 2),
+        (4, 4, 2, 8, 8),  # capped at the machine's cores
+        (1, 0, 1, 1, 1),
+    ],
+)
+def test_eval_threads_follow_the_cores_the_workers_train_on(
+    monkeypatch, workers, train_threads, threads_per_worker, cores, expected
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    run = RunConfig(
+        workers=workers, train_threads=train_threads, threads_per_worker=threads_per_worker
+    )
+    assert eval_threads(run) == expected
+
+
+@pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])
+def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
+    workload = get_workload(name)
+    data = workload.load(None, 0)
+    ix = eval_subset(len(data.test), 300, 0)
+    x, y = data.test.x[ix], data.test.y[ix]
+    torch.manual_seed(0)
+    model = workload.build_model()
+    with torch.no_grad():  # away from the initial weights, so the logits are not all alike
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            results.append(evaluate(workload, model, x, y, batch_size=128))
+    finally:
+        torch.set_num_threads(before)
+    (acc1, loss1), (acc2, loss2) = results
+    assert 0.0 <= acc1 <= 1.0 and loss1 > 0
+    assert (acc1, loss1) == (acc2, loss2)  # exact: the loss is a sum of 300 floats
