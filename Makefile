@@ -122,14 +122,16 @@ REPRODUCE_ALL_OUT ?= results/reproduce
 REPRODUCE_FIGURE ?= 8,9,10
 # empty: each target's own default (reproduce 3 seeds, reproduce-all 5)
 REPRODUCE_SEEDS ?=
+# processes that run set-up/seed groups at once (powertrip reproduce --jobs; README)
+REPRODUCE_JOBS ?= 1
 
 reproduce: setup  ## the paper's Figs. 8-10, which share their runs (or REPRODUCE_FIGURE=all) over REPRODUCE_SEEDS (3) seeds; resumable
-	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(or $(REPRODUCE_SEEDS),3) --out $(REPRODUCE_OUT)
+	$(BIN)/powertrip reproduce --figure $(REPRODUCE_FIGURE) --seeds $(or $(REPRODUCE_SEEDS),3) --out $(REPRODUCE_OUT) --jobs $(REPRODUCE_JOBS)
 
 # every figure (6-14) and the ablation, resumable ('run i/N' with an ETA before each run),
 # then every report.html and results/claims.md (copied even when a run failed)
 reproduce-all: setup  ## all figures + ablation over REPRODUCE_SEEDS (5) seeds into REPRODUCE_ALL_OUT (results/reproduce, resumable), then results/claims.md
-	$(BIN)/powertrip reproduce --figure all --seeds $(or $(REPRODUCE_SEEDS),5) --out $(REPRODUCE_ALL_OUT) --summary results/claims.md
+	$(BIN)/powertrip reproduce --figure all --seeds $(or $(REPRODUCE_SEEDS),5) --out $(REPRODUCE_ALL_OUT) --jobs $(REPRODUCE_JOBS) --summary results/claims.md
 
 reproduce-summary: setup  ## re-render REPRODUCE_ALL_OUT's reports and copy its claims table to results/claims.md
 	$(BIN)/powertrip reproduce --figure all --report-only --out $(REPRODUCE_ALL_OUT) --summary results/claims.md

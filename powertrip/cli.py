@@ -100,6 +100,7 @@ def _resolve_workload(config: RunConfig) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return datacmd.main(args)
     if args.command == "reproduce":
+        args.argv = argv  # --jobs starts its helpers with the same arguments
         return _reproduce_main(args)
     from powertrip.experiments import commands
     from powertrip.experiments.launcher import LaunchError, stop_services_on_signals

@@ -253,6 +253,19 @@ def _add_reproduce_options(parser: argparse.ArgumentParser) -> None:
         help="render reports from finished runs only (with the seeds and settings recorded in "
         "OUT/reproduce.json)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="run up to this many set-up/seed groups at once, in helper processes beside "
+        "this one (default 1; each group is locked, so processes never share one)",
+    )
+    parser.add_argument(
+        "--runs-only",
+        action="store_true",
+        help="make the planned runs and stop: no refinement, no deferred arms, no reports "
+        "(what --jobs helpers do; for another process beside a running reproduce)",
+    )
     parser.add_argument("--summary", help="also copy the summary table (claims.md) here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)

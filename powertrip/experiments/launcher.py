@@ -238,34 +238,15 @@ def start_service(
     The process ends when this one does (PR_SET_PDEATHSIG, see _BOOTSTRAP): call from the
     main thread, which outlives it."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    log_file = log_path.open("ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-P",
-            "-c",
-            _BOOTSTRAP,
-            str(os.getpid()),
-            "-P",  # the repository comes from PYTHONPATH, never from the working directory
-            "-m",
-            f"services.{name.split(':')[0]}",
-            "--port",
-            "0",
-            "--host",
-            "127.0.0.1",
-            *args,
-        ],
+    service = start_process(
+        name,
+        f"services.{name.split(':')[0]}",
+        ["--port", "0", "--host", "127.0.0.1", *args],
+        log_dir / f"{name}.log",
         stdout=subprocess.PIPE,
-        stderr=log_file,
-        env=_env(),
-        # the caller's directory: relative paths (--out, --config, --data-dir) mean the same
-        # to the services as to the command that started them
-        cwd=Path.cwd(),
     )
-    log_file.close()
-    service = ServiceProcess(name, process, 0, log_path)
-    _LIVE[id(service)] = service
+    process = service.process
+    log_path = service.log_path
     deadline = time.monotonic() + timeout_s
     line = _first_line(process, deadline) or ""
     if "listening on port" not in line:
@@ -284,6 +265,40 @@ def start_service(
         except TimeoutError as exc:
             service.stop()
             raise LaunchError(f"{name}: {exc}\n{service.log_tail()}") from None
+    return service
+
+
+def start_process(
+    name: str, module: str, args: Sequence[str], log_path: Path, *, stdout=None
+) -> ServiceProcess:
+    """`python -m MODULE ARGS` as a child that ends with this process (PR_SET_PDEATHSIG,
+    see _BOOTSTRAP) and that a signal stops (it is in live_services() until stopped); its
+    stderr, and its stdout unless `stdout` says otherwise, go to `log_path`. Call from the
+    main thread, which outlives it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-P",
+            "-c",
+            _BOOTSTRAP,
+            str(os.getpid()),
+            "-P",  # the repository comes from PYTHONPATH, never from the working directory
+            "-m",
+            module,
+            *args,
+        ],
+        stdout=log_file if stdout is None else stdout,
+        stderr=log_file,
+        env=_env(),
+        # the caller's directory: relative paths (--out, --config, --data-dir) mean the same
+        # to the child as to the command that started it
+        cwd=Path.cwd(),
+    )
+    log_file.close()
+    service = ServiceProcess(name, process, 0, log_path)
+    _LIVE[id(service)] = service
     return service
 
 

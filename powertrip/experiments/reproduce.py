@@ -25,12 +25,12 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from powertrip.config import ConfigError, RunConfig
+from powertrip.experiments.execution import Progress, RunLog, execute
 from powertrip.experiments.plan import (
     ReproduceError,
     arm_config,
@@ -68,108 +68,6 @@ QUICK_OVERRIDES: dict[str, Any] = {
     "target_accuracy": 0.35,
     "checkpoint": False,
 }
-
-
-# ---- running ---------------------------------------------------------------------------
-@dataclass
-class RunLog:
-    spec: RunSpec
-    status: str  # ran | skipped | failed
-    seconds: float = 0.0
-    message: str = ""
-
-
-@dataclass
-class Progress:
-    """'run i/N' with an ETA from the mean duration of the runs made so far (phases add
-    to N as they learn what they need)."""
-
-    total: int = 0
-    started: int = 0
-    seconds: list[float] = dataclasses.field(default_factory=list)
-
-    def line(self, label: str) -> str:
-        self.started += 1
-        text = f"run {self.started}/{self.total}: {label}"
-        if self.seconds:
-            mean = sum(self.seconds) / len(self.seconds)
-            text += f" (ETA {_duration(mean * (self.total - self.started + 1))})"
-        return text
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-
-
-def execute(
-    runs: Sequence[RunSpec],
-    out: Path,
-    base: RunConfig,
-    *,
-    budget_factor: float,
-    force_workload: bool = False,
-    show_progress: bool = True,
-    log: Callable[[str], Any] = print,
-    progress: Progress | None = None,
-) -> list[RunLog]:
-    """Run what is not done yet, group by group (one profiler + policy per group)."""
-    from powertrip.experiments.launcher import Deployment
-    from powertrip.experiments.runner import ChildExited, RunError, run_once
-
-    progress = progress if progress is not None else Progress()
-    logs: list[RunLog] = []
-    groups: dict[tuple[str, int], list[RunSpec]] = {}
-    for spec in runs:
-        groups.setdefault((spec.variant, spec.seed), []).append(spec)
-    todo: dict[tuple[str, int], tuple[RunConfig, list[RunSpec]]] = {}
-    for (variant_name, seed), specs in groups.items():
-        variant = VARIANTS[variant_name]
-        config = variant_config(base, variant, seed, force_workload=force_workload)
-        missing = [s for s in specs if not is_done(s.path(out), arm_config(config, s.arm, variant))]
-        for spec in specs:
-            if spec not in missing:
-                logs.append(RunLog(spec, "skipped"))
-                log(f"skip {variant_name} seed {seed} {spec.arm.name}: already done")
-        if missing:
-            todo[(variant_name, seed)] = (config, missing)
-    progress.total += sum(len(m) for _, m in todo.values())
-    for (variant_name, seed), (config, missing) in todo.items():
-        variant = VARIANTS[variant_name]
-        group_dir = out / "runs" / variant_name / f"seed{seed}"
-        group_dir.mkdir(parents=True, exist_ok=True)
-        config.write_yaml(group_dir / "base-config.yaml")
-        with Deployment(group_dir / "base-config.yaml", group_dir / "logs") as deployment:
-            for spec in missing:
-                run_config = arm_config(config, spec.arm, variant)
-                reference = group_reference(out, variant_name, seed)
-                if variant.budget and budget_factor and reference is not None:
-                    cap_h = budget_factor * reference / 3600
-                    if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
-                        run_config.max_sim_hours = cap_h
-                run_dir = spec.path(out)
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)  # an unfinished or outdated run starts afresh
-                label = f"{variant_name}/s{seed}/{spec.arm.name}"
-                log(progress.line(label))
-                started = time.monotonic()
-                try:
-                    run_once(
-                        run_config, run_dir, deployment, label=label, show_progress=show_progress
-                    )
-                except ChildExited:
-                    raise  # a process died under the run: stop (exit 3), not the next run
-                except RunError as exc:
-                    logs.append(RunLog(spec, "failed", time.monotonic() - started, str(exc)))
-                    log(f"FAILED {label}: {exc}")
-                    continue
-                seconds = time.monotonic() - started
-                progress.seconds.append(seconds)
-                logs.append(RunLog(spec, "ran", seconds))
-                log(f"ran {label} in {seconds:.0f} s")
-    return logs
 
 
 # ---- the command -----------------------------------------------------------------------
@@ -234,6 +132,10 @@ def main(args: Any) -> int:
     figures = parse_figures(args.figure)
     if args.seeds < 1:
         raise ReproduceError(f"--seeds must be >= 1, got {args.seeds}")
+    runs_only = bool(getattr(args, "runs_only", False))
+    jobs = int(getattr(args, "jobs", 1))
+    if jobs < 1:
+        raise ReproduceError(f"--jobs must be >= 1, got {jobs}")
     base = base_config(args)
     seeds = list(range(base.seed, base.seed + args.seeds))
     ks = _sweep(args, base)
@@ -271,12 +173,14 @@ def main(args: Any) -> int:
         "unsupported": unsupported,
         "cores": os.cpu_count(),
     }
-    meta_file.write_text(json.dumps(meta, indent=2, default=str))
+    if not runs_only:  # a helper leaves the record to the command that started it
+        meta_file.write_text(json.dumps(meta, indent=2, default=str))
     logs: list[RunLog] = []
     if not args.report_only:
         print(
             f"reproduce: {len(runs)} runs for figure(s) {', '.join(figures)}, seeds {seeds}, "
             f"static k {ks} (then the midpoints beside k*); output in {out}"
+            + (f"; {jobs} processes" if jobs > 1 else "")
         )
         started = time.monotonic()
         common = {
@@ -285,7 +189,25 @@ def main(args: Any) -> int:
             "show_progress": not args.quiet,
             "progress": Progress(),
         }
+        from powertrip.experiments.jobs import start_helpers, wait_helpers
+
+        helpers = start_helpers(getattr(args, "argv", []), jobs - 1, out) if jobs > 1 else []
+        for helper in helpers:
+            print(f"reproduce: {helper.name} started, its log: {helper.log_path}")
         logs = execute(runs, out, base, **common)
+        helper_failures = wait_helpers(helpers)
+        for failure in helper_failures:
+            print(f"reproduce: {failure}", file=sys.stderr)
+        if runs_only:
+            return _ran_summary(logs, started) or int(bool(helper_failures))
+        busy = [r for r in logs if r.status == "busy"]
+        if busy:
+            print(
+                f"reproduce: {len(busy)} run(s) left to another reproduce that holds their "
+                "group; the refinement, the deferred arms and the reports need them: run the "
+                "same command again once it has finished",
+                file=sys.stderr,
+            )
         if not getattr(args, "no_refine", False):
             refined, meta["refined"] = refine_runs(out, figures, seeds, ks)
             if refined:
@@ -298,13 +220,21 @@ def main(args: Any) -> int:
             print(f"reproduce: {spec} -> " + (f"static-k{k}" if k else "no k* yet (not run)"))
         logs += execute(deferred, out, base, **common)
         meta_file.write_text(json.dumps(meta, indent=2, default=str))
-        ran = [r for r in logs if r.status == "ran"]
-        print(
-            f"reproduce: ran {len(ran)}, skipped {sum(r.status == 'skipped' for r in logs)}, "
-            f"failed {sum(r.status == 'failed' for r in logs)} "
-            f"in {time.monotonic() - started:.0f} s"
-        )
+        _ran_summary(logs, started)
+        if helper_failures:
+            return 1
     return _render(out, figures, meta, args, logs)
+
+
+def _ran_summary(logs: Sequence[RunLog], started: float) -> int:
+    """Print 'ran N, skipped N, ...'; 1 if a run failed, else 0."""
+    counts = {s: sum(r.status == s for r in logs) for s in ("ran", "skipped", "busy", "failed")}
+    busy = f"left to another process {counts['busy']}, " if counts["busy"] else ""
+    print(
+        f"reproduce: ran {counts['ran']}, skipped {counts['skipped']}, {busy}"
+        f"failed {counts['failed']} in {time.monotonic() - started:.0f} s"
+    )
+    return 1 if counts["failed"] else 0
 
 
 def _render(

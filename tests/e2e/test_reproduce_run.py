@@ -99,3 +99,26 @@ def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
     assert (out / "fig6-7" / "fig7_accuracy_time_speedup.png").stat().st_size > 0
     with (out / "claims.csv").open() as f:
         assert {r["figure"] for r in csv.DictReader(f)} == {"6-7", "ablation"}
+
+
+def _ran(text: str) -> set[str]:
+    return {
+        line.split()[1] for line in text.splitlines() if line.startswith("ran ") and "/" in line
+    }
+
+
+def test_jobs_run_each_group_in_one_process_and_report_once(tmp_path):
+    """--jobs 2: a helper process beside the command; every run made once, by one of them,
+    then the command alone refines and renders."""
+    out = tmp_path / "rep"
+    done = reproduce(out, "--figure", "8", "--jobs", "2", "--no-refine")
+    helper_log = out / "jobs" / "helper-1.log"
+    assert f"reproduce helper 1 started, its log: {helper_log}" in done.stdout
+    mine, theirs = _ran(done.stdout), _ran(helper_log.read_text())
+    expected = {f"uniform/s{s}/{arm}" for s in (0, 1) for arm in ("static-k2", "static-k5")}
+    assert mine | theirs == expected and not mine & theirs, (mine, theirs)
+    assert theirs, "the helper ran no group"  # two groups, two processes
+    assert "busy uniform seed" in done.stdout + helper_log.read_text()
+    assert "figure 8:" in done.stdout and "figure 8:" not in helper_log.read_text()
+    assert (out / "fig8" / "report.html").is_file()
+    assert json.loads((out / "reproduce.json").read_text())["seeds"] == [0, 1]
