@@ -129,9 +129,12 @@ def stack_env(runs: Path, run_name: str, **overrides: str) -> dict[str, str]:
         POWERTRIP_RUNS_DIR=str(runs),
         POWERTRIP_RUN_NAME=run_name,
         POWERTRIP_AGGREGATOR_PORT="0",
+        POWERTRIP_PROFILER_PORT="0",
         POWERTRIP_PROMETHEUS_PORT="0",
     )
     env.update(overrides)
+    # every site on this host unless the test says how many join from elsewhere
+    env["POWERTRIP_LOCAL_SITES"] = overrides.get("POWERTRIP_LOCAL_SITES", env["POWERTRIP_SITES"])
     return env
 
 
