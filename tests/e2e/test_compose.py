@@ -157,6 +157,32 @@ def _save_logs(cmd: list[str], env: dict[str, str], path: Path) -> None:
     print(f"compose logs: {path}")
 
 
+def bridge_address() -> str:
+    """The host's address on Docker's default bridge: where a container started with plain
+    `docker run` (a "remote" site worker, outside the stack) reaches ports published on it."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
+                         text=True).stdout.split()  # fmt: skip
+    if "inet" in out:
+        return out[out.index("inet") + 1].split("/")[0]
+    subnet = _run(["docker", "network", "inspect", "bridge", "-f",
+                   "{{(index .IPAM.Config 0).Subnet}}"]).stdout.strip()  # fmt: skip
+    return subnet.rsplit(".", 1)[0] + ".1"
+
+
+def make_site_bundle(secrets: Path, out: Path, aggregator: str, profiler: str, name: str,
+                     image: str) -> Path:  # fmt: skip
+    """`powertrip site-bundle` for a remote CPU worker, as deploy/README.md runs it."""
+    powertrip = str(Path(sys.executable).with_name("powertrip"))
+    made = subprocess.run(
+        [powertrip, "site-bundle", "--secrets", str(secrets), "--out", str(out),
+         "--aggregator", aggregator, "--profiler", profiler, "--name", name,
+         "--image", image, "--no-gpus", "--threads", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return out / "docker-run.sh"
+
+
 def _inspect(cid: str, fmt: str) -> str:
     return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
 

@@ -37,7 +37,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +46,16 @@ import pytest
 
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.audit import verify
-from tests.e2e.test_compose import _PROBLEM, DEPLOY, REPO, _compose, _run, _wait, stack_env
+from tests.e2e.test_compose import (
+    _PROBLEM,
+    DEPLOY,
+    _compose,
+    _run,
+    _wait,
+    bridge_address,
+    make_site_bundle,
+    stack_env,
+)
 
 STACK_FILE = DEPLOY / "swarm" / "stack.yml"
 SITES = 4  # in total: 2 replicas, then 3 after `docker service scale`, plus 1 remote
@@ -96,17 +104,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
-
-
-def _bridge_address() -> str:
-    """The host's address on Docker's default bridge: where a container started with plain
-    `docker run` (the remote worker) reaches ports published on this host."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
-                         text=True).stdout.split()  # fmt: skip
-    if "inet" in out:
-        return out[out.index("inet") + 1].split("/")[0]
-    subnet = _docker("network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Subnet}}")
-    return subnet.rsplit(".", 1)[0] + ".1"
 
 
 @contextlib.contextmanager
@@ -169,7 +166,7 @@ def swarm_stack():
     stack = f"ptswarm{os.getpid()}"
     runs = Path(tempfile.mkdtemp(prefix="powertrip-swarm-"))
     secrets = runs / "secrets"
-    bridge = _bridge_address()
+    bridge = bridge_address()
     agg_port, prof_port = _free_port(), _free_port()
     env = stack_env(
         runs,
@@ -315,19 +312,12 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     _wait("the scaled replica registered", lambda: _registered(stack, LOCAL_SCALED), 300, 2)
 
     # 3. the remote worker: a bundle for a free site, started by its own docker-run.sh
-    bundle = stack["runs"] / "bundle"
     bridge = stack["bridge"]
-    powertrip = str(Path(sys.executable).with_name("powertrip"))
-    made = subprocess.run(
-        [powertrip, "site-bundle", "--secrets", str(stack["secrets"]),
-         "--out", str(bundle), "--aggregator", f"{bridge}:{stack['agg_port']}",
-         "--profiler", f"{bridge}:{stack['prof_port']}", "--name", stack["remote"],
-         "--image", f"powertrip-trainer:{TAG}", "--no-gpus", "--threads", "1"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+    run_sh = make_site_bundle(
+        stack["secrets"], stack["runs"] / "bundle", f"{bridge}:{stack['agg_port']}",
+        f"{bridge}:{stack['prof_port']}", stack["remote"], f"powertrip-trainer:{TAG}",
     )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    started = subprocess.run(["sh", str(bundle / "docker-run.sh")], capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+    started = subprocess.run(["sh", str(run_sh)], capture_output=True, text=True, timeout=60)
     assert started.returncode == 0, started.stderr
     _wait("the remote site registered", lambda: _registered(stack, SITES), 300, every_s=2)
     logs = _run(["docker", "logs", stack["remote_container"]])
