@@ -13,7 +13,9 @@ Restarts (compose's `restart: on-failure` after a crash or a kill):
   not resumed: its directory is kept as `OUT.finished-STAMP` and a new run starts in `OUT`, so
   a fresh `docker compose up` after a finished run starts a new run.
 * A site worker runs as a child of this process, under a fixed `--worker-id` (HOSTNAME-1, so
-  a restarted container claims its own site again).  When it exits because the aggregator
+  a restarted container claims its own site again; POWERTRIP_WORKER_ID when set, as a site
+  bundle sets it; Docker Swarm tasks get HOSTNAME `site-worker-<slot>` from the stack file,
+  so a replacement task claims its slot's site).  When it exits because the aggregator
   went away (0, or 1 for an aggregator RPC error; not after 3 fast failures in a row), the
   run is asked for its state
   (`GetStatus`): while the aggregator is back and the run unfinished the worker rejoins;
@@ -116,9 +118,12 @@ def run_state(address: str, timeout_s: float = 5.0) -> str | None:
 
 def supervise_worker(argv: list[str]) -> int:
     """Run the site worker; rejoin while the aggregator's run is unfinished (see above)."""
-    if _flag(argv, "--worker-id") is None:
+    if _flag(argv, "--worker-id") is None and not os.environ.get("POWERTRIP_WORKER_ID"):
         argv = [*argv, f"--worker-id={os.environ.get('HOSTNAME') or os.uname().nodename}-1"]
-    aggregator = _flag(argv, "--aggregator") or "localhost:50051"
+    # the worker's own defaults: the flag, else the environment (a site bundle's env file)
+    aggregator = (
+        _flag(argv, "--aggregator") or os.environ.get("POWERTRIP_AGGREGATOR") or "localhost:50051"
+    )
     timeout_s = float(os.environ.get("POWERTRIP_REJOIN_TIMEOUT_S", "600"))
     child: subprocess.Popen | None = None
 

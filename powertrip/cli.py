@@ -99,11 +99,46 @@ def _resolve_workload(config: RunConfig) -> RunConfig:
     return config.resolved(workload.defaults)
 
 
+def _site_bundle(args: argparse.Namespace) -> int:
+    """`powertrip site-bundle`: write one remote site's bundle, list what it holds."""
+    from powertrip.sitebundle import RUN_SCRIPT, BundleError, BundleSpec, make_bundle
+
+    extra = []
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("POWERTRIP_"):
+            print(f"powertrip: --env {item!r}: expected POWERTRIP_NAME=VALUE", file=sys.stderr)
+            return EXIT_USAGE
+        extra.append((name, value))
+    spec = BundleSpec(
+        secrets=Path(args.secrets),
+        out=Path(args.out),
+        aggregator=args.aggregator,
+        profiler=args.profiler,
+        site=args.site,
+        name=args.name,
+        image=args.image,
+        gpus=args.gpus,
+        threads=args.threads,
+        extra_env=tuple(extra),
+    )
+    try:
+        files = make_bundle(spec)
+    except BundleError as exc:
+        print(f"powertrip: site-bundle: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"bundle for worker {spec.worker} in {spec.out}: {', '.join(f.name for f in files)}")
+    print(f"on the site's machine: sh {spec.out.name}/{RUN_SCRIPT}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
+    if args.command == "site-bundle":
+        return _site_bundle(args)
     if args.command == "policies":
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
     if args.command == "report":

@@ -175,6 +175,55 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("workload", help=f"one of {WORKLOADS}")
     prepare.add_argument("--cache-dir", help="where to write the prepared data")
 
+    bundle = sub.add_parser(
+        "site-bundle",
+        help="a remote site's bundle: its certificate and key, the CA, the join token, an env "
+        "file and the docker run line",
+        description="Write one remote site worker's bundle into --out: a certificate and key "
+        "signed by the deployment's CA (openssl), ca.crt, join-token, site.env and "
+        "docker-run.sh. Copy the directory to the GPU machine and run `sh docker-run.sh`.",
+    )
+    bundle.add_argument(
+        "--secrets",
+        required=True,
+        help="the deployment's ca.crt, ca.key and join-token (deploy/secrets: "
+        "JOIN_TOKEN=1 deploy/tls/make-certs.sh writes them); ca.key stays there",
+    )
+    bundle.add_argument("--out", required=True, help="a new directory for the bundle")
+    bundle.add_argument(
+        "--aggregator", required=True, help="host:port of the aggregator, as the VM reaches it"
+    )
+    bundle.add_argument(
+        "--profiler",
+        required=True,
+        help="host:port of the profiler, as the VM reaches it (the worker claims its site there)",
+    )
+    bundle.add_argument(
+        "--site", default="", help="the site to host (must exist in the run; default: a free one)"
+    )
+    bundle.add_argument(
+        "--name",
+        default="",
+        help="worker id, certificate name and container name (default SITE-remote)",
+    )
+    bundle.add_argument(
+        "--image", default="powertrip-trainer:cuda", help="the trainer image on the VM"
+    )
+    bundle.add_argument(
+        "--gpus",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--gpus all and POWERTRIP_DEVICE=cuda (--no-gpus: CPU, device auto)",
+    )
+    bundle.add_argument("--threads", type=int, default=8, help="torch threads on the VM")
+    bundle.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another setting for site.env, e.g. POWERTRIP_LOG_FORMAT=json (repeatable)",
+    )
+
     serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
     serve.add_argument("service", choices=SERVICES)
     serve.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")

@@ -123,7 +123,18 @@ class RoundLoop:
 
     def wait_for_sites(self) -> None:
         deadline = time.monotonic() + self.config.register_timeout_s
-        if not self.state.wait_registered(self.run.num_sites, deadline):
+        # say every 30 s who is missing: with remote sites (POWERTRIP_LOCAL_SITES below
+        # POWERTRIP_SITES) the run waits for workers started elsewhere
+        while not self.state.wait_registered(
+            self.run.num_sites, min(deadline, time.monotonic() + 30.0)
+        ):
+            if time.monotonic() >= deadline:
+                break
+            log.info(
+                "waiting for sites: %d of %d registered", self.state.registered_count(),
+                self.run.num_sites,
+            )  # fmt: skip
+        if self.state.registered_count() < self.run.num_sites:
             raise RunFailed(
                 f"only {self.state.registered_count()} of {self.run.num_sites} sites registered "
                 f"within {self.config.register_timeout_s:.0f}s"

@@ -61,7 +61,7 @@ def combine(samples: list[Measured]) -> Measured:
 
 
 class ClaimError(Exception):
-    """A site cannot be claimed; `reason` is "invalid", "taken" or "exhausted"."""
+    """A site cannot be claimed; `reason` is "invalid", "unknown", "taken" or "exhausted"."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
@@ -151,7 +151,14 @@ class ProfileBook:
         with self._lock:
             if site_id:
                 if site_id not in self._by_id:
-                    raise ClaimError("invalid", f"unknown site id: {site_id}")
+                    # say what exists: a remote worker's --sites must name one of the run's
+                    ids = [s.site_id for s in self.sites]
+                    span = f"{ids[0]} .. {ids[-1]}" if ids else "none"
+                    raise ClaimError(
+                        "unknown",
+                        f"unknown site id {site_id}: this run has {len(ids)} sites ({span}); "
+                        "name one of them, or leave --sites out to claim a free one",
+                    )
                 holder = self.claims.get(site_id)
                 if holder not in (None, worker_id):
                     raise ClaimError("taken", f"{site_id} is already claimed by worker {holder}")

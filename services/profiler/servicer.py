@@ -157,6 +157,7 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             site = self.book.claim(request.worker_id, request.site_id)
         except ClaimError as exc:
             code = {
+                "unknown": grpc.StatusCode.NOT_FOUND,
                 "taken": grpc.StatusCode.ALREADY_EXISTS,
                 "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
             }.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)

@@ -27,7 +27,7 @@ from powertrip.training import DEVICES, resolve_device
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
-from services.site_worker.link import LinkError, setup_link
+from services.site_worker.link import LinkError, claim_site, setup_link
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
 from services.site_worker.telemetry import start_power_reporting
 from services.site_worker.worker import SiteWorker
@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--sites",
-        default=os.environ.get("POWERTRIP_SITES"),
-        help="comma-separated site ids to host (env POWERTRIP_SITES)",
+        # not POWERTRIP_SITES: that is the deployment's total site count (deploy/.env)
+        default=os.environ.get("POWERTRIP_SITE_IDS"),
+        help="comma-separated site ids to host (env POWERTRIP_SITE_IDS); with --shape-link or "
+        "--claim-site at most one, which must exist in the run (default: a free one)",
     )
     parser.add_argument(
         "--site-count",
@@ -114,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         "with tc/ before registering; needs NET_ADMIN (env POWERTRIP_SHAPE_LINK=1)",
     )
     parser.add_argument(
+        "--claim-site",
+        action="store_true",
+        default=os.environ.get("POWERTRIP_CLAIM_SITE", "") not in ("", "0", "false"),
+        help="claim the site (--sites, else a free one) from --profiler before registering, "
+        "without shaping: a remote worker on a real link (env POWERTRIP_CLAIM_SITE=1)",
+    )
+    parser.add_argument(
         "--profiler",
         default=os.environ.get("POWERTRIP_PROFILER", "localhost:50052"),
         help="profiler host:port, for --shape-link (env POWERTRIP_PROFILER)",
@@ -154,14 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     credentials = channel_credentials(args)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     link = None
-    if args.shape_link:
+    if args.shape_link or args.claim_site:
         sites = parse_sites(args.sites)
         if len(sites) > 1:
-            print(
-                "site_worker: --shape-link shapes one link: give at most one --sites",
-                file=sys.stderr,
-            )
+            flag = "--shape-link shapes" if args.shape_link else "--claim-site claims"
+            print(f"site_worker: {flag} one site: give at most one --sites", file=sys.stderr)
             return 2
+    if args.claim_site and not args.shape_link:
+        try:
+            args.sites = claim_site(
+                args.profiler, worker_id, sites[0] if sites else "", credentials=credentials
+            )
+        except LinkError as exc:
+            print(f"site_worker: claim: {exc}", file=sys.stderr)
+            return 2
+    if args.shape_link:
         try:
             link = setup_link(
                 args.profiler,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import socket
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -58,7 +60,7 @@ class LinkSetup:
 
 
 def default_iface() -> str:
-    """The interface of the default route: the one traffic to the aggregator leaves by."""
+    """The interface of the default route (used when the aggregator's route is unknown)."""
     ip = shutil.which("ip")
     if not ip:
         raise LinkError("`ip` (iproute2) is not installed; cannot find the interface to shape")
@@ -67,6 +69,35 @@ def default_iface() -> str:
     if "dev" not in words:
         raise LinkError("no default route: cannot tell which interface to shape (--link-iface)")
     return words[words.index("dev") + 1]
+
+
+def route_iface(address: str, resolve_timeout_s: float = 120.0) -> str:
+    """The interface traffic to `address` (host:port) leaves by.  Not always the default
+    route's: a Docker Swarm task reaches the aggregator over its overlay network (eth0) while
+    its default route goes out by docker_gwbridge (eth1), so shaping the default interface
+    would leave the aggregator's path unshaped.  The name may not resolve yet (a swarm
+    starts every service at once): wait for it up to `resolve_timeout_s`, then LinkError.
+    Falls back to the default route's interface when `ip route get` names none (loopback)."""
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    deadline = time.monotonic() + resolve_timeout_s
+    while True:
+        try:
+            target = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+            break
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise LinkError(
+                    f"{host} does not resolve ({exc}): cannot tell which interface leads to "
+                    "the aggregator (--link-iface names it)"
+                ) from exc
+            time.sleep(1.0)
+    ip = shutil.which("ip")
+    if ip:
+        out = subprocess.run([ip, "route", "get", target], capture_output=True, text=True)
+        words = out.stdout.split()
+        if "dev" in words and words[words.index("dev") + 1] != "lo":
+            return words[words.index("dev") + 1]
+    return default_iface()
 
 
 def iface_address(iface: str) -> str:
@@ -92,6 +123,43 @@ def shaping_arguments(latency_s: float, bandwidth_bytes_per_s: float) -> tuple[f
     return latency_s * 1e3, bandwidth_bytes_per_s * 8 / 1e6
 
 
+def _claim(stub, profiler: str, worker_id: str, site_id: str, timeout_s: float):
+    """ClaimSite: the site named, or the lowest free one; LinkError says why not."""
+    try:
+        claim = stub.ClaimSite(
+            profiler_pb2.ClaimSiteRequest(worker_id=worker_id, site_id=site_id),
+            timeout=timeout_s,
+            wait_for_ready=True,
+        )
+    except grpc.RpcError as exc:
+        raise LinkError(
+            f"profiler {profiler}: cannot claim {site_id or 'a site'}: "
+            f"{exc.code().name}: {exc.details()}"
+        ) from exc
+    return claim.site
+
+
+def claim_site(
+    profiler: str,
+    worker_id: str,
+    site_id: str = "",
+    claim_timeout_s: float = 120.0,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> str:
+    """Claim a site from the profiler without shaping (`--claim-site`: a remote worker on a
+    real wide-area link).  The profiler is the deployment's one claim book, so a remote
+    worker and the local shaped ones never pick the same site; returns the site id."""
+    channel = open_channel(profiler, credentials)
+    try:
+        profile = _claim(
+            profiler_pb2_grpc.ProfilerStub(channel), profiler, worker_id, site_id, claim_timeout_s
+        )
+    finally:
+        channel.close()
+    log.info("claimed %s from the profiler %s (link not shaped)", profile.site_id, profiler)
+    return profile.site_id
+
+
 def setup_link(
     profiler: str,
     aggregator: str,
@@ -108,18 +176,12 @@ def setup_link(
     channel = open_channel(profiler, credentials)
     stub = profiler_pb2_grpc.ProfilerStub(channel)
     try:
-        claim = stub.ClaimSite(
-            profiler_pb2.ClaimSiteRequest(worker_id=worker_id, site_id=site_id),
-            timeout=claim_timeout_s,
-            wait_for_ready=True,
-        )
-    except grpc.RpcError as exc:
-        raise LinkError(
-            f"profiler {profiler}: cannot claim a site: {exc.code().name}: {exc.details()}"
-        ) from exc
-    profile = claim.site
+        profile = _claim(stub, profiler, worker_id, site_id, claim_timeout_s)
+    except LinkError:
+        channel.close()
+        raise
     delay_ms, rate_mbit = shaping_arguments(profile.latency_s, profile.bandwidth_bytes_per_s)
-    iface = iface or default_iface()
+    iface = iface or route_iface(aggregator)
     try:
         probe = ProbeProcess("127.0.0.1", 0)
     except ProbeError as exc:

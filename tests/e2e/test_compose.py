@@ -129,9 +129,12 @@ def stack_env(runs: Path, run_name: str, **overrides: str) -> dict[str, str]:
         POWERTRIP_RUNS_DIR=str(runs),
         POWERTRIP_RUN_NAME=run_name,
         POWERTRIP_AGGREGATOR_PORT="0",
+        POWERTRIP_PROFILER_PORT="0",
         POWERTRIP_PROMETHEUS_PORT="0",
     )
     env.update(overrides)
+    # every site on this host unless the test says how many join from elsewhere
+    env["POWERTRIP_LOCAL_SITES"] = overrides.get("POWERTRIP_LOCAL_SITES", env["POWERTRIP_SITES"])
     return env
 
 
@@ -152,6 +155,32 @@ def _save_logs(cmd: list[str], env: dict[str, str], path: Path) -> None:
     logs = _run([*cmd, "logs", "--no-color"], env=env, check=False, timeout=120)
     path.write_text(logs.stdout + logs.stderr)
     print(f"compose logs: {path}")
+
+
+def bridge_address() -> str:
+    """The host's address on Docker's default bridge: where a container started with plain
+    `docker run` (a "remote" site worker, outside the stack) reaches ports published on it."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
+                         text=True).stdout.split()  # fmt: skip
+    if "inet" in out:
+        return out[out.index("inet") + 1].split("/")[0]
+    subnet = _run(["docker", "network", "inspect", "bridge", "-f",
+                   "{{(index .IPAM.Config 0).Subnet}}"]).stdout.strip()  # fmt: skip
+    return subnet.rsplit(".", 1)[0] + ".1"
+
+
+def make_site_bundle(secrets: Path, out: Path, aggregator: str, profiler: str, name: str,
+                     image: str) -> Path:  # fmt: skip
+    """`powertrip site-bundle` for a remote CPU worker, as deploy/README.md runs it."""
+    powertrip = str(Path(sys.executable).with_name("powertrip"))
+    made = subprocess.run(
+        [powertrip, "site-bundle", "--secrets", str(secrets), "--out", str(out),
+         "--aggregator", aggregator, "--profiler", profiler, "--name", name,
+         "--image", image, "--no-gpus", "--threads", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return out / "docker-run.sh"
 
 
 def _inspect(cid: str, fmt: str) -> str:

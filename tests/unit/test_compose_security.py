@@ -164,6 +164,26 @@ def test_publish_addresses_are_overridable(tmp_path):
     )
     assert _host_ips(services["aggregator"]) == ["0.0.0.0"]
     assert _host_ips(services["prometheus"]) == ["::1"]
+    assert _host_ips(services["profiler"]) == ["127.0.0.1"]
+    opened = _config("docker-compose.yml", env={"POWERTRIP_PROFILER_PUBLISH_ADDRESS": "0.0.0.0"})
+    assert _host_ips(opened["profiler"]) == ["0.0.0.0"]
+
+
+def test_total_sites_and_local_sites_are_separate_settings():
+    """POWERTRIP_SITES is the run's site count, POWERTRIP_LOCAL_SITES the site-worker
+    containers on this host: "5 sites, 3 of them here" (2 join with site bundles)."""
+    services = _config(
+        "docker-compose.yml", env={"POWERTRIP_SITES": "5", "POWERTRIP_LOCAL_SITES": "3"}
+    )
+    assert services["site-worker"]["scale"] == 3
+    for name in GRPC_SERVICES:
+        assert _env_of(services[name])["POWERTRIP_RUN_NUM_SITES"] == "5", name
+    dotenv = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / ".env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert dotenv["POWERTRIP_SITES"] == dotenv["POWERTRIP_LOCAL_SITES"]  # all local by default
 
 
 # ---- healthcheck.py over TLS, against a real mutual-TLS health server --------------------
