@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         site_tokens={s: tokens[s] for s in sites if s in tokens},
         credentials=credentials,
         device=device,
+        power_meter=reporter.reader if reporter is not None else None,
     )
     worker = SiteWorker(config)
     stop = threading.Event()
