@@ -74,7 +74,10 @@ class Accounting:
             if site not in progress.finished_at:
                 continue
             profile = profiles_by_id.get(site)
-            power = selection.power_cap if centralized else profile.power_fraction if profile else 0
+            if centralized:
+                power = selection.power_cap
+            else:
+                power = profile.power_fraction if profile is not None else 0.0
             measured = progress.energy_j.get(site) or None
             uses.append(
                 SiteUse(
