@@ -30,6 +30,8 @@ SUITE = Suite(
     FIG9_ARMS,
 )
 VARIANTS = (UNIFORM,)
+#: the times table also shows energy, egress cost and carbon to target (issue #20)
+TABLE_FOOTPRINT = True
 
 #: the paper's hours and reductions (§5.3)
 PAPER: dict[str, float | None] = {
@@ -95,12 +97,3 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
 
 def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
     return comparison_plots("9", d[UNIFORM.name], out)
-
-
-def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list:
-    """The times table with energy, egress cost and carbon to target beside it (issue #20)."""
-    from powertrip.paper.render import table_names, time_table  # render imports this module
-
-    v = d[UNIFORM.name]
-    num_sites = int((meta.get("base_config") or {}).get("num_sites") or 100)
-    return [time_table(v, table_names(SUITE, v, num_sites), footprint=True)]

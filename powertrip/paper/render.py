@@ -114,7 +114,8 @@ def render_figure(out: Path, key: str, meta: Mapping[str, Any]) -> Path:
         tables = module.table(data, meta)
     else:
         num_sites = int((meta.get("base_config") or {}).get("num_sites") or 100)
-        tables = [time_table(d, table_names(suite, d, num_sites)) for d in data.values()]
+        footprint = bool(getattr(module, "TABLE_FOOTPRINT", False))
+        tables = [time_table(d, table_names(suite, d, num_sites), footprint) for d in data.values()]
     title = f"Fig. {suite.figure}" if suite.figure[:1].isdigit() else suite.figure.capitalize()
     sections = [
         Section(
