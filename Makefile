@@ -14,8 +14,8 @@ TORCH_CUDA_INDEX ?=
 comma := ,
 STAMP := $(VENV)/.installed-$(TORCH)-$(subst $(comma),-,$(EXTRAS))
 DEMO_OUT ?= runs/demo
-# the policies of the paper's Fig. 9, plus `all`
-DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all
+# the policies of the paper's Fig. 9, plus `all` and, beyond the paper, `oort`
+DEMO_POLICIES ?= powertrip,static,centralized-25,centralized-50,highest-power,random,radius,all,oort
 
 .PHONY: setup demo test reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         from powertrip.report import ReportError, render
 
         try:
-            path = render(Path(args.dir))
+            path = render(Path(args.dir), args.objective)
         except ReportError as exc:
             print(f"powertrip report: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -77,6 +77,19 @@ def _add_set_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_objective_option(parser: argparse.ArgumentParser) -> None:
+    """compare and report rank a comparison by one objective; the table shows all four."""
+    from powertrip.report.objectives import OBJECTIVES
+
+    parser.add_argument(
+        "--objective",
+        choices=tuple(OBJECTIVES),
+        default="time",
+        help="rank the comparison by time, energy, egress cost or carbon to the target "
+        "(default time; the table shows all four)",
+    )
+
+
 def _add_time_budget_option(parser: argparse.ArgumentParser) -> None:
     """compare and sweep bound every run by the same time, not a round count, so that
     policies with short rounds are not stopped earlier (in time) than the others."""
@@ -138,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop a policy once its simulated time exceeds this multiple of the best "
         "time-to-target so far (default 3; 0 = no cut-off)",
     )
+    _add_objective_option(compare)
 
     sweep = sub.add_parser(
         "sweep",
@@ -159,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")
+    _add_objective_option(report)
 
     sub.add_parser("policies", help="list the site-selection policies")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from powertrip import policyparams
+from powertrip import footprint, policyparams
 from powertrip.profiles import DISTANCE_DISTRIBUTIONS, PopulationSpec
 from powertrip.timemodel import WORK_MODELS
 
@@ -48,11 +48,22 @@ EXECUTION_SETTINGS = frozenset(
 RUN_LIMITS = frozenset({"max_rounds", "max_sim_hours"})
 
 
+#: settings added after runs were stored, with their defaults: a stored configuration without
+#: one ran as its default says, so finished runs (results/reproduce/) stay finished
+LATER_SETTINGS: dict[str, Any] = dict(footprint.SETTINGS)
+_ABSENT = object()
+
+
 def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, also=()) -> list[str]:
     """The experiment settings on which two configurations (as `to_dict()` mappings)
-    disagree, ignoring `EXECUTION_SETTINGS` and the names in `also`."""
+    disagree, ignoring `EXECUTION_SETTINGS` and the names in `also`; a `LATER_SETTINGS`
+    key missing from `stored` counts as its default."""
     ignored = EXECUTION_SETTINGS | frozenset(also)
-    return sorted(k for k, v in wanted.items() if k not in ignored and stored.get(k) != v)
+    return sorted(
+        k
+        for k, v in wanted.items()
+        if k not in ignored and stored.get(k, LATER_SETTINGS.get(k, _ABSENT)) != v
+    )
 
 
 class ConfigError(ValueError):
@@ -111,6 +122,13 @@ class RunConfig:
     data_dir: str | None = None
     shadow: bool = True
     checkpoint: bool = True
+    #: energy, egress cost and carbon accounting (powertrip/footprint.py has each default's
+    #: source); carbon_trace: a per-site CSV (site_id, g_per_kwh[, hour])
+    gpu_power_w: float = footprint.GPU_POWER_W
+    gpu_idle_power_w: float = footprint.GPU_IDLE_POWER_W
+    egress_usd_per_gb: float = footprint.EGRESS_USD_PER_GB
+    carbon_g_per_kwh: float = footprint.CARBON_G_PER_KWH
+    carbon_trace: str | None = None
 
     # ---- loading -----------------------------------------------------------------------
     @classmethod
@@ -248,6 +266,10 @@ class RunConfig:
         need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")
         for key, value in self.policy_params.items():
             need(isinstance(value, int | float), f"policy_params.{key}", "must be a number")
+        try:
+            footprint.spec_of(self)  # its carbon trace read: a bad file is named now
+        except footprint.FootprintError as exc:
+            raise ConfigError(str(exc)) from None
         return self
 
     def resolved(self, defaults: Any) -> RunConfig:
@@ -288,27 +310,6 @@ class RunConfig:
         if self.update_size_gb is None:
             raise ConfigError("update_size_gb is not resolved yet")
         return self.update_size_gb * 1e9
-
-
-def load_site_tokens(path: str | Path) -> dict[str, str]:
-    """Per-site join tokens: a YAML mapping `site-000: <token>`; errors name the entry."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read site tokens file {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"{path}: expected a mapping of site id -> token")
-    tokens: dict[str, str] = {}
-    for site, token in data.items():
-        if not isinstance(token, str) or len(token) < 16:
-            raise ConfigError(f"{path}: token of {site}: must be a string of >= 16 characters")
-        tokens[str(site)] = token
-    if len(set(tokens.values())) != len(tokens):
-        raise ConfigError(f"{path}: two sites share a token; every site needs its own")
-    return tokens
 
 
 _TYPES: dict[str, Any] = {f.name: f.type for f in fields(RunConfig)}

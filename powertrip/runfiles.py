@@ -59,10 +59,21 @@ ROUND_COLUMNS: tuple[str, ...] = (
 #: model's round time *is* round_time_s, and leaving them out keeps simulated files as they
 #: were before the column existed
 WALL_ONLY_COLUMNS: tuple[str, ...] = ("model_round_time_s",)
+#: energy, egress cost and carbon of the round's selected sites (powertrip/footprint.py):
+#: joules (active + idle), of which idle, GB over the sites' links, US$ of egress, g CO2.
+#: Last in every file (after the wall clock's column too), so that files of earlier runs
+#: are these files' prefix
+FOOTPRINT_COLUMNS: tuple[str, ...] = (
+    "energy_j",
+    "idle_energy_j",
+    "egress_gb",
+    "egress_usd",
+    "carbon_g",
+)
 #: columns added after the first runs were written: a reader may not require them
 LATER_ROUND_COLUMNS = frozenset(
     {"aggregation_s", "emulated_bytes", "straggler", "mode", "train_loss", "clock"}
-)
+) | frozenset(FOOTPRINT_COLUMNS)
 #: the columns a reader may require, in file order
 REQUIRED_ROUND_COLUMNS: tuple[str, ...] = tuple(
     c for c in ROUND_COLUMNS if c not in LATER_ROUND_COLUMNS
@@ -107,8 +118,23 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "sim_time_s",
     "stopped_reason",
 )
+#: summary.json keys of the footprint, written since it exists (a reader may not require
+#: them): run totals, the same up to the round that reached the target (None when none
+#: did), and the settings that priced them under "footprint"
+FOOTPRINT_SUMMARY_KEYS: tuple[str, ...] = (
+    "energy_kwh",
+    "idle_energy_kwh",
+    "egress_gb",
+    "egress_usd",
+    "carbon_kg",
+    "energy_to_target_kwh",
+    "egress_usd_to_target",
+    "carbon_kg_to_target",
+    "footprint",
+)
 
 
 def round_columns(clock: str) -> list[str]:
     """rounds.csv columns, in file order, of a run on `clock`."""
-    return [*ROUND_COLUMNS, *WALL_ONLY_COLUMNS] if clock == "wall" else list(ROUND_COLUMNS)
+    wall = WALL_ONLY_COLUMNS if clock == "wall" else ()
+    return [*ROUND_COLUMNS, *wall, *FOOTPRINT_COLUMNS]

@@ -198,10 +198,10 @@ def _print_summary(outcome: RunOutcome) -> None:
     )
 
 
-def _render(path: Path) -> None:
+def _render(path: Path, objective: str = "time") -> None:
     from powertrip.report import render
 
-    report = render(path)
+    report = render(path, objective)
     print(f"report: {report}")
 
 
@@ -330,11 +330,12 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                     else min(best, outcome.time_to_target_s)
                 )
     runs = [load_run(out / p) for p in policies]
-    write_comparison(out, runs)
+    objective = getattr(args, "objective", None) or "time"
+    write_comparison(out, runs, objective)
     print()
-    print(format_table(runs))
+    print(format_table(runs, objective))
     print(f"{bound}; {cutoff}" if cutoff else bound)
-    _render(out)
+    _render(out, objective)
     return 0
 
 

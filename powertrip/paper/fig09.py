@@ -30,6 +30,8 @@ SUITE = Suite(
     FIG9_ARMS,
 )
 VARIANTS = (UNIFORM,)
+#: the times table also shows energy, egress cost and carbon to target (issue #20)
+TABLE_FOOTPRINT = True
 
 #: the paper's hours and reductions (§5.3)
 PAPER: dict[str, float | None] = {

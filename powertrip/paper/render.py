@@ -13,7 +13,9 @@ from powertrip.paper import MODULES, VARIANTS, module_of
 from powertrip.paper.common import accuracy_at_powertrip_time, fmt_accuracy_at
 from powertrip.paper.data import VariantData, load_variant, source_kstar
 from powertrip.report import claims as C
+from powertrip.report import objectives as O
 from powertrip.report.html import Section, Table, write_html
+from powertrip.report.result import RunResult
 
 
 def load_figure(out: Path, key: str, meta: Mapping[str, Any]) -> dict[str, VariantData]:
@@ -50,9 +52,10 @@ def claims_table(rows: Sequence[C.ClaimRow]) -> Table:
     )
 
 
-def time_table(v: VariantData, names: Sequence[str]) -> Table:
+def time_table(v: VariantData, names: Sequence[str], footprint: bool = False) -> Table:
     """Time to target per policy and, beside PowerTrip, each policy's accuracy at the time
-    PowerTrip reached the target (so one that never reached it is compared too)."""
+    PowerTrip reached the target (so one that never reached it is compared too); with
+    `footprint`, energy, egress cost and carbon to target too (Fig. 9)."""
     equal_time = "powertrip" in v.arms
     rows = []
     for name in names:
@@ -62,11 +65,39 @@ def time_table(v: VariantData, names: Sequence[str]) -> Table:
         row = [label, C.fmt_time(samples), f"{reached}/{len(samples)}"]
         if equal_time:
             row.append(fmt_accuracy_at(accuracy_at_powertrip_time(v, name)))
+        if footprint:
+            row += [fmt_footprint(v.runs_of(name), O.OBJECTIVES[o]) for o in O.FOOTPRINT]
         rows.append(row)
     headers = ["policy", "time to target (h)", "seeds reaching target"]
     if equal_time:
         headers.append("accuracy at PowerTrip's time to target")
-    return Table(headers, rows, caption=f"{v.label}: complete seeds {v.seeds} of {v.all_seeds}")
+    caption = f"{v.label}: complete seeds {v.seeds} of {v.all_seeds}"
+    if footprint:
+        headers += ["energy to target (kWh)", "egress to target ($)", "CO2 to target (kg)"]
+        caption += (
+            "; energy, egress and CO2: mean ± 95 % CI over seeds ('>': some seed missed the "
+            "target, its use so far counted; '-': runs from before the accounting)"
+        )
+    return Table(headers, rows, caption=caption)
+
+
+def fmt_footprint(runs: Sequence[RunResult], objective: O.Objective) -> str:
+    """One footprint objective over seeds, like fmt_time: to target, or what a run that
+    missed the target spent (then a lower bound, '>'); '-' when no run has it."""
+    values, censored = [], False
+    for run in runs:
+        reached = run.time_to_target_s is not None
+        value = run.summary.get(objective.to_target if reached else objective.spent)
+        if value is None:
+            return "-"
+        values.append(float(value))
+        censored |= not reached
+    est = C.mean_ci(values)
+    if est.n == 0:
+        return "-"
+    if censored:
+        return f"> {est.mean:.{objective.decimals}f}"
+    return C.fmt_estimate(est, digits=objective.decimals)
 
 
 def render_figure(out: Path, key: str, meta: Mapping[str, Any]) -> Path:
@@ -83,7 +114,8 @@ def render_figure(out: Path, key: str, meta: Mapping[str, Any]) -> Path:
         tables = module.table(data, meta)
     else:
         num_sites = int((meta.get("base_config") or {}).get("num_sites") or 100)
-        tables = [time_table(d, table_names(suite, d, num_sites)) for d in data.values()]
+        footprint = bool(getattr(module, "TABLE_FOOTPRINT", False))
+        tables = [time_table(d, table_names(suite, d, num_sites), footprint) for d in data.values()]
     title = f"Fig. {suite.figure}" if suite.figure[:1].isdigit() else suite.figure.capitalize()
     sections = [
         Section(

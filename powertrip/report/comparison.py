@@ -1,7 +1,8 @@
 """Compare runs of several policies: rank them, accuracy at an equal time T, comparison.csv,
 and the table (text and HTML share its cells and footnotes).
 
-Runs are ranked by time to target, then by the accuracy each held at one equal time T
+Runs are ranked by time to target (or by energy, egress cost or carbon to target: the
+`objective`, report/objectives.py), then by the accuracy each held at one equal time T
 (unknown for a run that stopped before T), so no run is credited for time it did not run.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powertrip.report import objectives as O
 from powertrip.report.result import RunResult, as_float, csv_number
 
 #: acc_at_t is the accuracy at the equal time t_s (the same T in every row, see
@@ -30,6 +32,7 @@ COMPARISON_COLUMNS = (
     "t_s",
     "covered_s",
     "stopped_reason",
+    *O.FOOTPRINT_COLUMNS,
 )
 
 
@@ -68,9 +71,10 @@ def accuracy_at_equal_time(run: RunResult, t_s: float) -> float | None:
     return run.accuracy_at(min(t_s, last_s))
 
 
-def comparison_rows(runs: Iterable[RunResult]) -> list[dict[str, Any]]:
-    """One row per run, fastest to target first, then by accuracy at the equal time T
-    (`t_s`, the same in every row; see equal_time_s), runs without acc@T last."""
+def comparison_rows(runs: Iterable[RunResult], objective: str = "time") -> list[dict[str, Any]]:
+    """One row per run, best to target by `objective` first (fastest, by default), then by
+    accuracy at the equal time T (`t_s`, the same in every row; see equal_time_s), runs
+    without acc@T last."""
     runs = list(runs)
     t_s = equal_time_s(runs)
     rows = [
@@ -86,34 +90,45 @@ def comparison_rows(runs: Iterable[RunResult]) -> list[dict[str, Any]]:
             "t_s": t_s,
             "covered_s": covered_time_s(run),
             "stopped_reason": str(run.summary.get("stopped_reason") or ""),
+            **O.footprint_values(run),
         }
         for run in runs
     ]
-    return sorted(rows, key=_rank_key)
+    return sorted(rows, key=_ranking(objective))
 
 
-def _rank_key(row: dict[str, Any]) -> tuple:
-    """Time to target (reached first), then accuracy at T (unknown last), then best accuracy."""
-    ttt = row["time_to_target_s"]
-    acc = row.get("acc_at_t")
-    best = row["best_accuracy"]
-    return (
-        ttt is None,
-        0.0 if ttt is None else ttt,
-        -acc if acc is not None and acc == acc else math.inf,
-        -best if best == best else math.inf,
-        row["policy"],
-    )
+def _ranking(objective: str):
+    """The sort key: reached first, by the objective's value to target (a reached run
+    without that value after those with one), then accuracy at T (unknown last), then best
+    accuracy."""
+    key = O.get_objective(objective).to_target
+
+    def rank(row: dict[str, Any]) -> tuple:
+        value = row.get(key) if row["time_to_target_s"] is not None else None
+        acc = row.get("acc_at_t")
+        best = row["best_accuracy"]
+        return (
+            row["time_to_target_s"] is None,
+            value is None,
+            0.0 if value is None else value,
+            -acc if acc is not None and acc == acc else math.inf,
+            -best if best == best else math.inf,
+            row["policy"],
+        )
+
+    return rank
 
 
-def write_comparison(comp_dir: str | Path, runs: Sequence[RunResult]) -> Path:
+def write_comparison(
+    comp_dir: str | Path, runs: Sequence[RunResult], objective: str = "time"
+) -> Path:
     """Write comparison.csv (sorted like comparison_rows; enough to rebuild format_table)."""
     out = Path(comp_dir) / "comparison.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(COMPARISON_COLUMNS)
-        for row in comparison_rows(runs):
+        for row in comparison_rows(runs, objective):
             writer.writerow(
                 [
                     row["policy"],
@@ -127,6 +142,7 @@ def write_comparison(comp_dir: str | Path, runs: Sequence[RunResult]) -> Path:
                     csv_number(row["t_s"]),
                     csv_number(row["covered_s"]),
                     row["stopped_reason"],
+                    *(csv_number(row[key]) for key in O.FOOTPRINT_COLUMNS),
                 ]
             )
     return out
@@ -137,15 +153,17 @@ def _optional(value: Any) -> float | None:
     return None if number != number else number
 
 
-def _normalise_all(rows: Iterable[RunResult | dict[str, Any]]) -> list[dict[str, Any]]:
+def _normalise_all(
+    rows: Iterable[RunResult | dict[str, Any]], objective: str = "time"
+) -> list[dict[str, Any]]:
     """Accept RunResults, comparison_rows() output or rows read back from comparison.csv
-    (older files lack the acc@T columns: their acc@T shows as unknown)."""
+    (older files lack the acc@T and footprint columns: those show as unknown)."""
     rows = list(rows)
     results = [r for r in rows if isinstance(r, RunResult)]
     if results and len(results) != len(rows):
         raise TypeError("give either RunResults or table rows, not a mix")
     if results:
-        return comparison_rows(results)  # T is a property of the whole set of runs
+        return comparison_rows(results, objective)  # T: a property of the whole set of runs
     out = []
     for row in rows:
         ttt = _optional(row.get("time_to_target_s"))
@@ -164,9 +182,10 @@ def _normalise_all(rows: Iterable[RunResult | dict[str, Any]]) -> list[dict[str,
                 "t_s": _optional(row.get("t_s")),
                 "covered_s": sim if covered is None else covered,
                 "stopped_reason": str(row.get("stopped_reason") or ""),
+                **{key: _optional(row.get(key)) for key in O.FOOTPRINT_COLUMNS},
             }
         )
-    return sorted(out, key=_rank_key)
+    return sorted(out, key=_ranking(objective))
 
 
 def time_to_target_text(ttt_s: float | None, sim_time_s: float) -> str:
@@ -189,12 +208,21 @@ class ComparisonTable:
     numeric: list[bool]
 
 
-def comparison_table_parts(rows: Iterable[RunResult | dict[str, Any]]) -> ComparisonTable:
-    """The comparison as cells plus the footnotes that say what T is and why a cell is '-'."""
-    norm = _normalise_all(rows)
+#: the footprint's table headers, in FOOTPRINT order
+FOOTPRINT_HEADERS = ("kWh to target", "egress $ to target", "kg CO2 to target")
+
+
+def comparison_table_parts(
+    rows: Iterable[RunResult | dict[str, Any]], objective: str = "time"
+) -> ComparisonTable:
+    """The comparison as cells plus the footnotes that say what T is and why a cell is '-'.
+    Energy, egress cost and carbon to target are columns when any run has them."""
+    given = list(rows)
+    norm = _normalise_all(given, objective)
     t_s = next((r["t_s"] for r in norm if r["t_s"] is not None), None)
     acc_header = "acc@T" if t_s is None else f"acc@T={t_s / 3600:.3f}h"
     headers = ["policy", "time to target (h)", acc_header, "rounds", "final acc", "best acc"]
+    footprint = O.has_footprint(norm)
     cells = [
         [
             row["policy"],
@@ -203,12 +231,20 @@ def comparison_table_parts(rows: Iterable[RunResult | dict[str, Any]]) -> Compar
             str(row["rounds"]),
             _pct(row["final_accuracy"]),
             _pct(row["best_accuracy"]),
+            *(O.cell(row, O.OBJECTIVES[name]) for name in O.FOOTPRINT if footprint),
         ]
         for row in norm
     ]
-    return ComparisonTable(
-        headers, cells, _table_notes(norm, t_s), [False, False, True, True, True, True]
-    )
+    notes = _table_notes(norm, t_s)
+    if footprint:
+        headers += FOOTPRINT_HEADERS
+        runs = [r for r in given if isinstance(r, RunResult)]
+        notes.append(O.pricing_note(runs))
+    if objective != "time":
+        what = O.get_objective(objective).what
+        notes.append(f"Ranked by {what} to target (runs that reached it first).")
+    numeric = [False, False, True, True, True, True] + [True] * (len(headers) - 6)
+    return ComparisonTable(headers, cells, notes, numeric)
 
 
 def _table_notes(rows: list[dict[str, Any]], t_s: float | None) -> list[str]:
@@ -238,9 +274,11 @@ def _table_notes(rows: list[dict[str, Any]], t_s: float | None) -> list[str]:
     return notes
 
 
-def table_cells(rows: Iterable[RunResult | dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def table_cells(
+    rows: Iterable[RunResult | dict[str, Any]], objective: str = "time"
+) -> tuple[list[str], list[list[str]]]:
     """Headers and formatted cells shared by the text and HTML tables (no footnotes)."""
-    parts = comparison_table_parts(rows)
+    parts = comparison_table_parts(rows, objective)
     return parts.headers, parts.cells
 
 
@@ -248,9 +286,10 @@ def _pct(value: float) -> str:
     return "-" if value != value else f"{value:.4f}"
 
 
-def format_table(rows: Iterable[RunResult | dict[str, Any]]) -> str:
-    """A fixed-width text table of a comparison, fastest first, with its footnotes below."""
-    parts = comparison_table_parts(rows)
+def format_table(rows: Iterable[RunResult | dict[str, Any]], objective: str = "time") -> str:
+    """A fixed-width text table of a comparison, best by `objective` first (fastest by
+    default), with its footnotes below."""
+    parts = comparison_table_parts(rows, objective)
     headers, cells = parts.headers, parts.cells
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
 

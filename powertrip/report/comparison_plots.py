@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from powertrip.report import objectives as O
 from powertrip.report.comparison import comparison_rows
 from powertrip.report.figures import (
     clock_name,
@@ -30,16 +31,30 @@ def _ranked(runs: Sequence[RunResult]) -> list[RunResult]:
 
 
 # ---- comparison ------------------------------------------------------------------------
+#: the bar chart of each objective (time's is the paper's Fig. 9)
+BAR_FILES = {
+    "time": "time_to_accuracy.png",
+    "energy": "energy_to_accuracy.png",
+    "cost": "cost_to_accuracy.png",
+    "carbon": "carbon_to_accuracy.png",
+}
+
+
 def plot_comparison(comp_dir: str | Path, runs: Sequence[RunResult]) -> list[Path]:
-    """Accuracy vs time, time to target (Fig. 9 style) and k over time, one entry per policy."""
+    """Accuracy vs time, time to target (Fig. 9 style) and k over time, one entry per
+    policy; energy, egress cost and carbon to target too when the runs have them."""
     out = Path(comp_dir)
     ranked = _ranked(runs)
     colors = colors_for([r.name for r in ranked])
-    return [
+    paths = [
         plot_accuracy_lines(ranked, out / "accuracy_vs_time.png", colors),
-        _comparison_bars(ranked, out / "time_to_accuracy.png", colors),
+        _comparison_bars(ranked, out / BAR_FILES["time"], colors),
         _comparison_k(ranked, out / "k_vs_time.png", colors),
     ]
+    if O.has_footprint(comparison_rows(runs)):
+        for name in O.FOOTPRINT:
+            paths.append(_comparison_bars(ranked, out / BAR_FILES[name], colors, name))
+    return paths
 
 
 def plot_accuracy_lines(
@@ -71,28 +86,41 @@ def plot_accuracy_lines(
     return save_figure(fig, path)
 
 
-def _comparison_bars(runs: Sequence[RunResult], path: Path, colors: dict[str, tuple]) -> Path:
+def _comparison_bars(
+    runs: Sequence[RunResult], path: Path, colors: dict[str, tuple], objective: str = "time"
+) -> Path:
+    """One bar per policy of `objective` to target, ranked by it; a run that missed the
+    target is a hatched bar of what it spent. A run without the value has no bar."""
+    obj = O.OBJECTIVES[objective]
     fig = new_figure(8.0, 0.9 + 0.45 * max(len(runs), 2))
     ax = fig.add_subplot()
-    rows = comparison_rows(runs)
-    longest = max((r["time_to_target_s"] or r["sim_time_s"] or 0.0) for r in rows) / 3600
-    longest = longest or 1.0
+    rows = comparison_rows(runs, objective)
+
+    def amount(row) -> float | None:
+        value = row[obj.to_target] if row["reached"] else row[obj.spent]
+        return None if value is None else value * obj.scale
+
+    longest = max((amount(r) or 0.0) for r in rows) or 1.0
     for i, row in enumerate(rows):
-        if row["reached"]:
-            hours = row["time_to_target_s"] / 3600
-            ax.barh(i, hours, color=colors[row["policy"]], edgecolor="black", linewidth=0.5)
-            text = f"{hours:.3g} h"
+        value = amount(row)
+        if value is None:
+            text = "no value (run from before the accounting)"
+            value = 0.0
+        elif row["reached"]:
+            ax.barh(i, value, color=colors[row["policy"]], edgecolor="black", linewidth=0.5)
+            text = f"{value:.3g} {obj.unit}"
         else:
-            hours = (row["sim_time_s"] or 0.0) / 3600
-            ax.barh(i, hours, color="0.9", edgecolor="0.4", hatch="//", linewidth=0.5)
-            text = f"not reached (> {hours:.3g} h)"
-        ax.text(hours + longest * 0.01, i, text, va="center", fontsize=8)
+            ax.barh(i, value, color="0.9", edgecolor="0.4", hatch="//", linewidth=0.5)
+            text = f"not reached (> {value:.3g} {obj.unit})"
+        ax.text(value + longest * 0.01, i, text, va="center", fontsize=8)
     ax.set_yticks(range(len(rows)), [r["policy"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, longest * 1.35)
     target = next((r.target_accuracy for r in runs if r.target_accuracy is not None), None)
-    what = f"time to {pct_label(target)} accuracy" if target is not None else "time to target"
-    ax.set_xlabel(f"{what} (h, {clock_name(runs)} time)")
+    to = f"to {pct_label(target)} accuracy" if target is not None else "to target"
+    what = f"{obj.what} {to}"
+    unit = f"h, {clock_name(runs)} time" if objective == "time" else obj.unit
+    ax.set_xlabel(f"{what} ({unit})")
     ax.set_title(f"{what.capitalize()} per policy (lower is better)")
     ax.grid(alpha=0.3, axis="x")
     return save_figure(fig, path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.report.comparison import comparison_table_parts
+from powertrip.report.objectives import OBJECTIVES
 from powertrip.report.result import RunResult
 
 _CSS = """
@@ -191,13 +192,14 @@ def _is_number(text: str) -> bool:
 
 
 # ---- tables the reports share ----------------------------------------------------------
-def comparison_table(runs: Sequence[RunResult]) -> Table:
+def comparison_table(runs: Sequence[RunResult], objective: str = "time") -> Table:
     """The comparison as an HTML table, same cells and footnotes as format_table()."""
-    parts = comparison_table_parts(runs)
+    parts = comparison_table_parts(runs, objective)
+    best = "Fastest" if objective == "time" else f"Least {OBJECTIVES[objective].what}"
     return Table(
         parts.headers,
         parts.cells,
-        caption="Fastest to target first, then by accuracy at the equal time T (acc@T); "
+        caption=f"{best} to target first, then by accuracy at the equal time T (acc@T); "
         "runs that missed the target last.",
         notes=parts.notes,
     )

@@ -43,15 +43,16 @@ def detect(dir: str | Path) -> str:
     )
 
 
-def render(dir: str | Path) -> Path:
-    """Render plots and report.html for a run, comparison or sweep directory."""
+def render(dir: str | Path, objective: str = "time") -> Path:
+    """Render plots and report.html for a run, comparison or sweep directory (a comparison
+    ranked by `objective`: time, energy, cost or carbon to target)."""
     path = Path(dir)
     kind = detect(path)
     if kind == "run":
         return render_run(path)
     if kind == "sweep":
         return render_sweep(path)
-    return render_comparison(path)
+    return render_comparison(path, objective)
 
 
 def render_run(run_dir: str | Path) -> Path:
@@ -93,27 +94,44 @@ def _result_table(run: RunResult) -> Table:
     ]
     if run.rounds:
         rows.append(["mean k", f"{float(np.nanmean(run.column('k'))):.1f}"])
+    for label, key, digits in (
+        ("energy (kWh; to target)", "energy_kwh", 3),
+        ("egress cost ($; to target)", "egress_usd", 2),
+        ("carbon (kg CO2; to target)", "carbon_kg", 3),
+    ):
+        if s.get(key) is not None:
+            at = s.get(FOOTPRINT_TO_TARGET[key])
+            to = "-" if at is None else f"{at:.{digits}f}"
+            rows.append([label, f"{s[key]:.{digits}f}; {to}"])
     return Table(["", "value"], rows)
+
+
+#: summary.json's run totals and their to-target counterparts
+FOOTPRINT_TO_TARGET = {
+    "energy_kwh": "energy_to_target_kwh",
+    "egress_usd": "egress_usd_to_target",
+    "carbon_kg": "carbon_kg_to_target",
+}
 
 
 def _fmt(value: Any) -> str:
     return "-" if value is None or value != value else f"{float(value):.4f}"
 
 
-def render_comparison(comp_dir: str | Path) -> Path:
+def render_comparison(comp_dir: str | Path, objective: str = "time") -> Path:
     path = Path(comp_dir)
     runs = [load_run(d) for d in run_subdirs(path)]
     if not runs:
         raise ReportError(f"{path}: no run directories (subdirectories with rounds.csv)")
     for run in runs:
         render_run(run.path)
-    csv_path = write_comparison(path, runs)
+    csv_path = write_comparison(path, runs, objective)
     images = plot_comparison(path, runs)
     first = runs[0]
     sections = [
         Section(
             "Comparison",
-            tables=[comparison_table(runs)],
+            tables=[comparison_table(runs, objective)],
             notes=[*_budget_notes(runs), f"Also written to {csv_path.name}."],
         ),
         Section("Figures", images=images),

@@ -124,7 +124,7 @@ class DownloadModelRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., model_version: _Optional[int] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class DeltaHeader(_message.Message):
-    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token", "resume")
+    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token", "resume", "energy_j")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class DeltaHeader(_message.Message):
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_J_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     site_id: str
     round: int
@@ -147,7 +148,8 @@ class DeltaHeader(_message.Message):
     worker_id: str
     session_token: str
     resume: UploadPosition
-    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ..., resume: _Optional[_Union[UploadPosition, _Mapping]] = ...) -> None: ...
+    energy_j: float
+    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ..., resume: _Optional[_Union[UploadPosition, _Mapping]] = ..., energy_j: _Optional[float] = ...) -> None: ...
 
 class UploadPosition(_message.Message):
     __slots__ = ("tensor_index", "offset")

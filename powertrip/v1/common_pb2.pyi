@@ -81,7 +81,7 @@ class SiteColumns(_message.Message):
     def __init__(self, site_id: _Optional[_Iterable[str]] = ..., power_fraction: _Optional[_Iterable[float]] = ..., distance_miles: _Optional[_Iterable[float]] = ..., latency_s: _Optional[_Iterable[float]] = ..., bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., measured_latency_s: _Optional[_Iterable[float]] = ..., measured_bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., gpus_available: _Optional[_Iterable[int]] = ..., gpus_effective: _Optional[_Iterable[int]] = ..., alive: _Optional[_Iterable[bool]] = ..., power_source: _Optional[str] = ...) -> None: ...
 
 class RoundRecord(_message.Message):
-    __slots__ = ("round", "k", "accuracy", "round_time_s", "predicted_round_time_s", "sim_time_s", "site_ids")
+    __slots__ = ("round", "k", "accuracy", "round_time_s", "predicted_round_time_s", "sim_time_s", "site_ids", "reported_site_ids", "site_train_loss", "site_num_samples", "site_duration_s")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,10 @@ class RoundRecord(_message.Message):
     PREDICTED_ROUND_TIME_S_FIELD_NUMBER: _ClassVar[int]
     SIM_TIME_S_FIELD_NUMBER: _ClassVar[int]
     SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_SITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SITE_TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    SITE_NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SITE_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     round: int
     k: int
     accuracy: float
@@ -96,4 +100,8 @@ class RoundRecord(_message.Message):
     predicted_round_time_s: float
     sim_time_s: float
     site_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, round: _Optional[int] = ..., k: _Optional[int] = ..., accuracy: _Optional[float] = ..., round_time_s: _Optional[float] = ..., predicted_round_time_s: _Optional[float] = ..., sim_time_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    reported_site_ids: _containers.RepeatedScalarFieldContainer[str]
+    site_train_loss: _containers.RepeatedScalarFieldContainer[float]
+    site_num_samples: _containers.RepeatedScalarFieldContainer[int]
+    site_duration_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, round: _Optional[int] = ..., k: _Optional[int] = ..., accuracy: _Optional[float] = ..., round_time_s: _Optional[float] = ..., predicted_round_time_s: _Optional[float] = ..., sim_time_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ..., reported_site_ids: _Optional[_Iterable[str]] = ..., site_train_loss: _Optional[_Iterable[float]] = ..., site_num_samples: _Optional[_Iterable[int]] = ..., site_duration_s: _Optional[_Iterable[float]] = ...) -> None: ...

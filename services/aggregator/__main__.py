@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from powertrip.config import ConfigError, RunConfig, load_site_tokens
+from powertrip.config import ConfigError, RunConfig
 from powertrip.metrics import service_registry
 from powertrip.rpc.auth import (
     AuthConfigError,
@@ -34,6 +34,7 @@ from powertrip.service import (
     serve_options,
     setup_process,
 )
+from powertrip.sitetokens import load_site_tokens
 from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
 from services.aggregator.checkpoint_store import CheckpointError

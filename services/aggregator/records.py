@@ -42,6 +42,12 @@ class RoundRow:
     #: wall clock only: what the time model says this round would take (the simulated
     #: clock's round_time_s for the same selection), beside the measured round_time_s
     model_round_time_s: float | None = None
+    #: the round's footprint (runfiles.FOOTPRINT_COLUMNS; powertrip/footprint.py)
+    energy_j: float | None = None
+    idle_energy_j: float | None = None
+    egress_gb: float | None = None
+    egress_usd: float | None = None
+    carbon_g: float | None = None
 
 
 @dataclass
@@ -100,7 +106,8 @@ class RunRecorder:
             self.wall_path.write_text(WALL_HEADER)
             return
         header = ",".join(self.columns) + "\r\n"
-        _truncate(self.rounds_path, header, keep_rounds, lambda line: line.split(",", 1)[0])
+        pad = _missing_cells(self.rounds_path, self.columns)
+        _truncate(self.rounds_path, header, keep_rounds, lambda line: line.split(",", 1)[0], pad)
         _truncate(self.decisions_path, "", keep_rounds, lambda line: json.loads(line)["round"])
         _truncate(self.wall_path, WALL_HEADER, keep_rounds, lambda line: line.split(",", 1)[0])
 
@@ -125,8 +132,22 @@ class RunRecorder:
         os.replace(tmp, self.out_dir / runfiles.SUMMARY)
 
 
-def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:
-    """Rewrite `path` keeping its header and the lines of rounds <= keep_rounds."""
+def _missing_cells(path: Path, columns: list[str]) -> str:
+    """Empty cells for the columns a file written by an older version lacks at its end (a
+    resumed run's earlier rows then have no footprint values rather than too few cells)."""
+    try:
+        with path.open(newline="") as f:
+            old = f.readline().strip().split(",")
+    except OSError:
+        return ""
+    if len(old) < len(columns) and columns[: len(old)] == old:
+        return "," * (len(columns) - len(old))
+    return ""
+
+
+def _truncate(path: Path, header: str, keep_rounds: int, round_of, pad: str = "") -> None:
+    """Rewrite `path` keeping its header and the lines of rounds <= keep_rounds (each with
+    `pad` added before its line end)."""
     lines = []
     if path.exists():
         with path.open(newline="") as f:  # keep csv's \r\n line ends byte for byte
@@ -139,7 +160,8 @@ def _truncate(path: Path, header: str, keep_rounds: int, round_of) -> None:
             continue
         try:
             if int(round_of(line)) <= keep_rounds:
-                kept.append(line)
+                body = line.rstrip("\r\n")
+                kept.append(body + pad + line[len(body) :])
         except (ValueError, KeyError, json.JSONDecodeError):
             break  # a half-written last line from the crash
     tmp = path.with_name(path.name + ".tmp")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from powertrip.config import RunConfig
+from powertrip.footprint import JOULES_PER_KWH, RoundFootprint
 from powertrip.timemodel import RoundTime
 from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.records import RoundRow
@@ -37,6 +38,10 @@ class FinishedRound:
     sim_time_s: float  # the run's clock after the round
     model_bytes: int
     dead_sites: set[str]
+    #: the round's energy, egress and carbon (services/aggregator/accounting.py)
+    footprint: RoundFootprint | None = None
+    #: each delivering site's own duration on the run's clock (compute + communication)
+    site_durations: dict[str, float] | None = None
 
     @property
     def k(self) -> int:
@@ -67,7 +72,20 @@ def round_row(run: RunConfig, done: FinishedRound) -> RoundRow:
         train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
         clock=run.clock,
         model_round_time_s=done.model_round_s if run.clock == "wall" else None,
+        **_footprint_cells(done.footprint),
     )
+
+
+def _footprint_cells(footprint: RoundFootprint | None) -> dict[str, float | None]:
+    if footprint is None:
+        return {}
+    return {
+        "energy_j": footprint.energy_j,
+        "idle_energy_j": footprint.idle_energy_j,
+        "egress_gb": footprint.egress_gb,
+        "egress_usd": footprint.egress_usd,
+        "carbon_g": footprint.carbon_g,
+    }
 
 
 def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
@@ -96,7 +114,10 @@ def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
 
 
 def history_record(done: FinishedRound) -> common_pb2.RoundRecord:
-    """The round as the policy sees it in later rounds' history."""
+    """The round as the policy sees it in later rounds' history, with what each site that
+    delivered reported (in the policy's order)."""
+    progress, durations = done.progress, done.site_durations or {}
+    reported = [s for s in done.selection.site_ids if s in progress.train_loss]
     return common_pb2.RoundRecord(
         round=done.round_no,
         k=done.k,
@@ -105,6 +126,10 @@ def history_record(done: FinishedRound) -> common_pb2.RoundRecord:
         predicted_round_time_s=done.selection.predicted_round_time_s,
         sim_time_s=done.sim_time_s,
         site_ids=done.selection.site_ids,
+        reported_site_ids=reported,
+        site_train_loss=[progress.train_loss[s] for s in reported],
+        site_num_samples=[progress.num_samples.get(s, 0) for s in reported],
+        site_duration_s=[durations.get(s, done.round_s) for s in reported],
     )
 
 
@@ -135,6 +160,7 @@ def run_summary(
         "stopped_reason": result.stopped_reason,
         "mean_k": float(np.mean(rounds_k)) if rounds_k else 0.0,
         "update_size_gb": run.update_size_gb,
+        **footprint_summary(run, result),
         "sites": sites,
     }
     if run.clock == "simulated":
@@ -146,6 +172,29 @@ def run_summary(
             "in the time model's seconds, which model_round_time_s records"
         )
     return summary
+
+
+def footprint_summary(run: RunConfig, result: LoopResult) -> dict:
+    """summary.json's footprint keys (runfiles.FOOTPRINT_SUMMARY_KEYS): run totals (None
+    when a resume from an older checkpoint left rounds uncounted), the totals when the
+    target was reached, and the settings that priced them."""
+    totals = result.footprint.summary() if result.footprint is not None else None
+    keys = ("energy_kwh", "idle_energy_kwh", "egress_gb", "egress_usd", "carbon_kg")
+    at = result.footprint_at_target
+    return {
+        **{k: None if totals is None else totals[k] for k in keys},
+        "energy_to_target_kwh": None if at is None else at["energy_kwh"],
+        "egress_usd_to_target": None if at is None else at["egress_usd"],
+        "carbon_kg_to_target": None if at is None else at["carbon_kg"],
+        "footprint": {
+            "gpu_power_w": run.gpu_power_w,
+            "gpu_idle_power_w": run.gpu_idle_power_w,
+            "egress_usd_per_gb": run.egress_usd_per_gb,
+            "carbon_g_per_kwh": run.carbon_g_per_kwh,
+            "carbon_trace": run.carbon_trace,
+            "joules_per_kwh": JOULES_PER_KWH,
+        },
+    }
 
 
 def _json_or_text(text: str) -> object:

@@ -17,9 +17,11 @@ import numpy as np
 
 from powertrip import runfiles
 from powertrip.fedavg import apply_delta
+from powertrip.footprint import RoundFootprint
 from powertrip.sitecolumns import profile_at
 from powertrip.v1 import common_pb2, policy_pb2
 from powertrip.workloads import get_workload
+from services.aggregator.accounting import Accounting
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import DeltaAudit
 from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
@@ -78,6 +80,7 @@ class RoundLoop:
         self.evaluator = Evaluator(self.workload, self.run)
         self.control = ControlClient(self.run, metrics)
         self.checkpoints = CheckpointStore(config.out_dir, self.run)
+        self.accounting = Accounting(self.run)
         self.audit = DeltaAudit(config.audit_dir) if config.audit_dir else None
         self.recorder: RunRecorder | None = None
         self.result = LoopResult()
@@ -191,7 +194,11 @@ class RoundLoop:
             return True
         trained = self._train(round_no, selection, planned.steps, wall_start, wall)
         wall_round_s = wall.round_s = time.monotonic() - wall_start
-        done = self._advance(round_no, selection, planned, trained, wall_round_s)
+        footprint = self.accounting.round(
+            selection, planned, profiles_by_id, trained.progress, self.state.model_bytes,
+            self.result.sim_time_s,
+        )  # fmt: skip
+        done = self._advance(round_no, selection, planned, trained, wall_round_s, footprint)
         self._record(done)
         stop = self._stop_after(done.accuracy)
         if self.run.checkpoint:
@@ -270,16 +277,22 @@ class RoundLoop:
         planned: ModelRound,
         trained: TrainedRound,
         wall_round_s: float,
+        footprint: RoundFootprint,
     ) -> FinishedRound:
-        """Advance the run's clock and result by the round just trained."""
+        """Advance the run's clock, result and footprint by the round just trained."""
         result = self.result
         round_s = planned.round_s if self.run.clock == "simulated" else wall_round_s
         timing, predicted = planned.timing, selection.predicted_round_time_s
+        progress = trained.progress
+        durations = {t.site_id: t.total_s for t in planned.times}
         if self.run.clock == "wall":
             # the policy predicts in the time model's seconds: no prediction on this clock
-            progress, collected = trained.progress, trained.collected_at
+            collected = trained.collected_at
             timing = measured_time(progress, collected, trained.wall_aggregation_s, wall_round_s)
             predicted = None
+            durations = {s: t - progress.started_at for s, t in progress.finished_at.items()}
+        if result.footprint is not None:
+            result.footprint.add(footprint)
         result.sim_time_s += round_s
         result.rounds = round_no
         result.accuracy = trained.accuracy
@@ -298,6 +311,8 @@ class RoundLoop:
             sim_time_s=result.sim_time_s,
             model_bytes=self.state.model_bytes,
             dead_sites=self.state.dead_sites(),
+            footprint=footprint,
+            site_durations=durations,
         )
 
     def _record(self, done: FinishedRound) -> None:
@@ -319,6 +334,8 @@ class RoundLoop:
         )
         if reason == TARGET_REACHED:
             result.time_to_target_s = result.sim_time_s
+            if result.footprint is not None:
+                result.footprint_at_target = result.footprint.summary()
         if reason:
             result.stopped_reason = reason
         return reason is not None

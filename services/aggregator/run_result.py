@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from powertrip.footprint import FootprintTotals
 from powertrip.v1 import common_pb2
 
 
@@ -16,6 +17,11 @@ class LoopResult:
     time_to_target_s: float | None = None
     stopped_reason: str = ""
     history: list[common_pb2.RoundRecord] = field(default_factory=list)
+    #: energy, egress and carbon so far; None when unknown (resumed from a checkpoint
+    #: written before the accounting existed, whose rounds were not counted)
+    footprint: FootprintTotals | None = field(default_factory=FootprintTotals)
+    #: the totals when the target was reached (summary units), None before
+    footprint_at_target: dict[str, float] | None = None
 
     def to_json(self) -> dict:
         """Everything the next round depends on; floats survive JSON exactly (repr)."""
@@ -35,9 +41,15 @@ class LoopResult:
                     "predicted_round_time_s": h.predicted_round_time_s,
                     "sim_time_s": h.sim_time_s,
                     "site_ids": list(h.site_ids),
+                    "reported_site_ids": list(h.reported_site_ids),
+                    "site_train_loss": list(h.site_train_loss),
+                    "site_num_samples": list(h.site_num_samples),
+                    "site_duration_s": list(h.site_duration_s),
                 }
                 for h in self.history
             ],
+            "footprint": None if self.footprint is None else self.footprint.to_json(),
+            "footprint_at_target": self.footprint_at_target,
         }
 
     @classmethod
@@ -50,4 +62,8 @@ class LoopResult:
             time_to_target_s=data["time_to_target_s"],
             stopped_reason=str(data["stopped_reason"]),
             history=[common_pb2.RoundRecord(**h) for h in data["history"]],
+            footprint=(
+                FootprintTotals.from_json(data["footprint"]) if data.get("footprint") else None
+            ),
+            footprint_at_target=data.get("footprint_at_target"),
         )

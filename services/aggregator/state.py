@@ -89,6 +89,9 @@ class RoundInProgress:
     finished_at: dict[str, float] = field(default_factory=dict)
     compute_wall_s: dict[str, float] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    #: per accepted site: its training samples, and the joules NVML measured (when sent)
+    num_samples: dict[str, int] = field(default_factory=dict)
+    energy_j: dict[str, float] = field(default_factory=dict)
     #: site id -> its latest upload of this round that is streaming or was cut mid-stream
     #: (held for a resume); gone once complete or rejected, all dropped at the round's close
     partials: dict[str, PartialUpload] = field(default_factory=dict)

@@ -18,6 +18,7 @@ past a per-worker cap (state.HELD_BYTES_PER_WORKER).
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import grpc
@@ -366,6 +367,9 @@ class DeltaReceiver:
             current.finished_at[site] = time.monotonic()
             current.compute_wall_s[site] = header.compute_wall_s
             current.steps[site] = header.steps
+            current.num_samples[site] = header.num_samples
+            if 0 < header.energy_j < math.inf:  # NaN and inf are not a measurement
+                current.energy_j[site] = header.energy_j
             current.bytes_up += received
             self.state.changed.notify_all()
 

@@ -143,6 +143,14 @@ def build_context(request, config: PolicyConfig) -> Context:
     if estimator not in ESTIMATORS:
         raise PolicyError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     params, use_measured = split_params(request.params, config)
+    for h in request.history:
+        lengths = {len(h.reported_site_ids), len(h.site_train_loss), len(h.site_num_samples),
+                   len(h.site_duration_s)}  # fmt: skip
+        if len(lengths) > 1:
+            raise PolicyError(
+                f"history round {h.round}: reported_site_ids, site_train_loss, "
+                "site_num_samples and site_duration_s must have one value per reported site"
+            )
     if request.HasField("site_columns"):
         if len(request.sites):
             raise PolicyError("give the sites as sites or as site_columns, not both")
@@ -158,7 +166,17 @@ def build_context(request, config: PolicyConfig) -> Context:
         update_size_bytes=request.update_size_bytes,
         tau_s=request.tau_s,
         history=tuple(
-            PastRound(h.round, h.k, h.accuracy, h.round_time_s, tuple(h.site_ids))
+            PastRound(
+                h.round,
+                h.k,
+                h.accuracy,
+                h.round_time_s,
+                tuple(h.site_ids),
+                tuple(h.reported_site_ids),
+                tuple(h.site_train_loss),
+                tuple(h.site_num_samples),
+                tuple(h.site_duration_s),
+            )  # fmt: skip
             for h in request.history
         ),
         # 0 on the wire means "no target": never stop on accuracy

@@ -12,7 +12,7 @@ import threading
 import grpc
 
 from powertrip.batched import TRAINERS
-from powertrip.config import ConfigError, load_site_tokens
+from powertrip.config import ConfigError
 from powertrip.metrics import service_registry
 from powertrip.rpc.auth import AuthConfigError, add_join_token_flags, resolve_join_token
 from powertrip.service import (
@@ -23,6 +23,7 @@ from powertrip.service import (
     serve_options,
     setup_process,
 )
+from powertrip.sitetokens import load_site_tokens
 from powertrip.training import DEVICES, resolve_device
 from powertrip.v1 import site_worker_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         site_tokens={s: tokens[s] for s in sites if s in tokens},
         credentials=credentials,
         device=device,
+        power_meter=reporter.reader if reporter is not None else None,
     )
     worker = SiteWorker(config)
     stop = threading.Event()

@@ -23,3 +23,6 @@ class WorkerConfig:
     poll_s: float = 10.0
     register_timeout_s: float = 60.0
     device: str = "cpu"  # resolved: "cpu" or "cuda" (powertrip.training.resolve_device)
+    #: NVML reader (telemetry.GpuPower) of a worker run with --report-power: each delta then
+    #: carries the joules its local steps drew (DeltaHeader.energy_j)
+    power_meter: object = None

@@ -30,6 +30,7 @@ from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from powertrip.workloads import get_workload
 from services.site_worker.config import WorkerConfig
+from services.site_worker.telemetry import energy_delta
 
 log = logging.getLogger("site_worker")
 
@@ -149,10 +150,11 @@ class SiteWorker:
         return assembler.finish()
 
     def train(self, tasks: list, weights: dict[str, np.ndarray]) -> list:
-        """Train tasks that share a model version; [(LocalResult, wall seconds)] in order.
+        """Train tasks that share a model version; [(LocalResult, wall seconds, joules)] in
+        order, joules measured by NVML (0 without a power meter).
 
         With the vmap trainer up to `site_batch` sites go through one forward/backward; the
-        wall time of a batched call is split evenly between its sites."""
+        wall time and energy of a batched call are split evenly between its sites."""
         model = self.replicas.get()
         try:
             return self._train_on(model, tasks, weights)
@@ -170,6 +172,8 @@ class SiteWorker:
                 x, y = self.sites.site(site_index(task.site_id))
             jobs.append(SiteJob(x, y, task.seed))
         first = tasks[0]
+        meter = self.config.power_meter
+        before = meter.read() if meter is not None else None
         start = time.monotonic()
         results = train_sites(
             self.workload,
@@ -185,8 +189,11 @@ class SiteWorker:
             channels_last=self.config.channels_last,
             optimizer=self.workload.defaults.optimizer,
         )
-        wall_s = (time.monotonic() - start) / len(tasks)
-        return [(result, wall_s) for result in results]
+        elapsed = time.monotonic() - start
+        joules = 0.0
+        if meter is not None:
+            joules = energy_delta(before, meter.read(), elapsed) / len(tasks)
+        return [(result, elapsed / len(tasks), joules) for result in results]
 
     def task_groups(self, tasks) -> list[list]:
         """Consecutive tasks that can share one batched call (same version and settings)."""
@@ -206,7 +213,9 @@ class SiteWorker:
                 groups.append([task])
         return groups
 
-    def upload(self, stub, session: str, task, result, wall_s: float) -> None:
+    def upload(
+        self, stub, session: str, task, result, wall_s: float, energy_j: float = 0.0
+    ) -> None:
         """Stream one delta. When the stream breaks (UNAVAILABLE: the link or connection
         went; DEADLINE_EXCEEDED) the upload resumes within its window (UPLOAD_WINDOW x the
         first attempt's deadline): UploadStatus says how much of it the aggregator holds,
@@ -222,6 +231,7 @@ class SiteWorker:
             train_loss=result.mean_loss,
             compute_wall_s=wall_s,
             steps=result.steps,
+            energy_j=energy_j,
             worker_id=self.config.worker_id,
             session_token=session,
         )
@@ -353,11 +363,11 @@ class SiteWorker:
         Once the worker is stopping nothing more is trained or uploaded."""
         if self._stop:
             return
-        for task, (result, wall_s) in zip(group, self.train(group, weights), strict=True):
+        for task, (result, wall_s, joules) in zip(group, self.train(group, weights), strict=True):
             if self._stop:
                 return
             try:
-                self.upload(stub, session, task, result, wall_s)
+                self.upload(stub, session, task, result, wall_s, joules)
             except grpc.RpcError as exc:
                 log.warning("upload for %s rejected: %s", task.task_id, exc.details())
                 continue

@@ -118,6 +118,25 @@ def test_compare_writes_table_and_each_policy(tmp_path):
         assert (out / policy / "rounds.csv").exists()
     assert (out / "time_to_accuracy.png").exists()
     assert "powertrip" in done.stdout
+    assert all(float(r["energy_kwh"]) > 0 and float(r["egress_usd"]) > 0 for r in rows)
+    for name in ("energy", "cost", "carbon"):
+        assert (out / f"{name}_to_accuracy.png").exists()
+    assert "kWh to target" in done.stdout and "egress $ to target" in done.stdout
+
+
+def test_compare_runs_oort_and_ranks_by_energy(tmp_path):
+    out = tmp_path / "cmp"
+    done = powertrip(
+        "compare", "--policies", "oort,all", "--workload", "synthetic", "--sites", "12",
+        "--max-rounds", "3", "--seed", "2", "--objective", "energy", "--out", str(out),
+        "--quiet",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader((out / "comparison.csv").open()))
+    assert {r["policy"] for r in rows} == {"oort", "all"}
+    # neither reaches 80 % in 3 rounds: ranked by accuracy at T, energy shown as spent
+    assert "Ranked by energy to target" in done.stdout
+    assert "oort" in (out / "report.html").read_text()
 
 
 def test_compare_bounds_every_run_by_the_time_budget(tmp_path):
@@ -290,5 +309,6 @@ def test_policies_lists_every_policy():
         "highest-power",
         "lowest-latency",
         "all",
+        "oort",
     ):
         assert name in names

@@ -126,8 +126,11 @@ def test_simulated_columns_are_the_old_ones_and_wall_adds_the_model_time():
     old = "round,sim_time_s,round_time_s,k,sites,accuracy,loss,compute_s,comm_s,wait_s,"
     old += "aggregation_s,predicted_round_time_s,bytes_up,bytes_down,emulated_bytes,straggler,"
     old += "mode,train_loss,clock"
-    assert ",".join(ROUND_COLUMNS) == old == ",".join(round_columns("simulated"))
-    assert round_columns("wall") == [*ROUND_COLUMNS, "model_round_time_s"]
+    footprint = ["energy_j", "idle_energy_j", "egress_gb", "egress_usd", "carbon_g"]
+    assert ",".join(ROUND_COLUMNS) == old
+    # the footprint's columns come last on either clock: older files are a prefix
+    assert round_columns("simulated") == [*ROUND_COLUMNS, *footprint]
+    assert round_columns("wall") == [*ROUND_COLUMNS, "model_round_time_s", *footprint]
 
 
 def test_wall_rows_leave_the_prediction_empty_and_resume_keeps_the_column(tmp_path):
@@ -158,3 +161,14 @@ def test_history_site_ids_survive_a_checkpoint_and_old_ones_come_from_rounds_csv
     )  # fmt: skip
     restore_site_ids(result, tmp_path)
     assert list(result.history[0].site_ids) == ["site-003", "site-001"]
+
+
+def test_resuming_a_file_without_the_footprint_columns_pads_its_rows(tmp_path):
+    old_columns = ",".join(ROUND_COLUMNS)
+    row = "1,2.0,2.0,2,site-003;site-001,0.5,1.0,0.5,1.0,0.1,0.01,9.5,1,2,3e9,site-001,"
+    row += "federated,0.5,simulated"
+    (tmp_path / "rounds.csv").write_text(f"{old_columns}\r\n{row}\r\n", newline="")
+    RunRecorder(tmp_path, keep_rounds=1)
+    rows = list(csv.DictReader((tmp_path / "rounds.csv").open(newline="")))
+    assert list(rows[0]) == round_columns("simulated")
+    assert rows[0]["clock"] == "simulated" and rows[0]["energy_j"] == ""

@@ -220,6 +220,32 @@ def test_time_table_has_the_equal_time_column():
     assert [r[-1] for r in table.rows][:2] == ["46.0 ± 0.0 %", "35.0 ± 0.0 %"]
 
 
+def test_fig9_table_adds_energy_cost_and_carbon_to_target():
+    from powertrip.paper.render import fmt_footprint
+    from powertrip.report.objectives import OBJECTIVES
+
+    v = _equal_time_variant()
+    for seed, run in v.runs["powertrip"].items():
+        run.summary.update(energy_to_target_kwh=2.0 + seed, egress_usd_to_target=1.0)
+    for run in v.runs["radius"].values():  # missed the target: what it used is a bound
+        run.summary.update(energy_kwh=9.0, egress_usd=4.0)
+    energy, cost = OBJECTIVES["energy"], OBJECTIVES["cost"]
+    assert fmt_footprint(v.runs_of("powertrip"), energy).startswith("2.500 ± ")
+    assert fmt_footprint(v.runs_of("powertrip"), cost) == "1.00 ± 0.00"
+    assert fmt_footprint(v.runs_of("radius"), energy) == "> 9.000"
+    assert fmt_footprint(v.runs_of("static-k10"), energy) == "-"  # runs before the accounting
+    from powertrip.paper.render import time_table
+
+    assert fig09.TABLE_FOOTPRINT  # render_figure asks time_table for these columns
+    table = time_table(v, ["powertrip", "static-k10", "radius"], footprint=True)
+    assert table.headers[-3:] == [
+        "energy to target (kWh)",
+        "egress to target ($)",
+        "CO2 to target (kg)",
+    ]
+    assert "before the accounting" in table.caption
+
+
 # ---- Fig. 8: interior optimum ------------------------------------------------------------
 def test_fig8_interior_optimum_needs_k_star_inside_the_sweep():
     inside = _variant({"static-k10": [1.5] * 3, "static-k20": [1.0] * 3, "static-k70": [1.2] * 3})

@@ -16,9 +16,13 @@ def test_round_row_writes_the_schema_columns_in_order():
     assert tuple(f.name for f in fields(RoundRow)) == (
         *runfiles.ROUND_COLUMNS,
         *runfiles.WALL_ONLY_COLUMNS,
+        *runfiles.FOOTPRINT_COLUMNS,
     )
-    assert runfiles.round_columns("simulated") == list(runfiles.ROUND_COLUMNS)
-    assert runfiles.round_columns("wall")[-1] == "model_round_time_s"
+    assert runfiles.round_columns("simulated") == [
+        *runfiles.ROUND_COLUMNS,
+        *runfiles.FOOTPRINT_COLUMNS,
+    ]
+    assert runfiles.round_columns("wall")[-6] == "model_round_time_s"
 
 
 def test_readers_require_only_columns_the_writer_writes():
@@ -28,4 +32,10 @@ def test_readers_require_only_columns_the_writer_writes():
 def test_the_aggregator_summary_has_every_schema_key():
     summary = run_summary(RunConfig(), LoopResult(), "done", "", [])
     missing = [key for key in runfiles.SUMMARY_KEYS if key not in summary]
+    assert not missing, f"summary.json lacks {missing}"
+
+
+def test_the_aggregator_summary_has_every_footprint_key():
+    summary = run_summary(RunConfig(), LoopResult(), "done", "", [])
+    missing = [key for key in runfiles.FOOTPRINT_SUMMARY_KEYS if key not in summary]
     assert not missing, f"summary.json lacks {missing}"

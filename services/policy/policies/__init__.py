@@ -16,6 +16,7 @@ from services.policy.policies.base import (
 from services.policy.policies.centralized import Centralized, Centralized25, Centralized50
 from services.policy.policies.highest_power import HighestPower
 from services.policy.policies.lowest_latency import LowestLatency
+from services.policy.policies.oort import Oort
 from services.policy.policies.powertrip import PowerTrip
 from services.policy.policies.radius import Radius
 from services.policy.policies.random_k import RandomK
@@ -34,6 +35,7 @@ REGISTRY: dict[str, type[Policy]] = {
         HighestPower,
         LowestLatency,
         AllSites,
+        Oort,
     )
 }
 #: Names that are another policy with different defaults; shadows skip them.

@@ -161,6 +161,12 @@ class PastRound:
     round_time_s: float
     #: the sites that trained, in rank order (empty from callers that do not send them)
     site_ids: tuple[str, ...] = ()
+    #: what each site that delivered reported (RoundRecord): parallel tuples, empty from
+    #: callers that do not send them; utility-based selection (oort) reads them
+    reported_site_ids: tuple[str, ...] = ()
+    site_train_loss: tuple[float, ...] = ()
+    site_num_samples: tuple[int, ...] = ()
+    site_duration_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,14 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "radius_miles": (lambda v: v >= 0, ">= 0"),
     "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "calibrate": (lambda v: v in (0, 1), "0 or 1"),
+    "penalty": (lambda v: v >= 0, ">= 0"),
+    "epsilon": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "epsilon_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "epsilon_min": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "pref_pct": (lambda v: 0 < v <= 100, "in (0, 100]"),
+    "pacer_step": (_whole(1), "a whole number >= 1"),
+    "pacer_delta": (lambda v: 0 <= v <= 100, "in [0, 100]"),
+    "cutoff": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     # named choices (powertrip.policyparams): their index on the wire
     **{name: _choice_rule(names) for name, names in CHOICES.items()},
 }

@@ -1,0 +1,64 @@
+"""A tiny real run whose energy, egress cost and carbon are worked out by hand (issue #20):
+four identical sites, all selected, so every number follows from the settings alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# the settings, and what they make of one site in one round:
+GPUS = 0.5 * 4  # power fraction 0.5 of 4 GPUs: 2 effective GPUs
+COMPUTE_S = 10.0 / 0.5  # tau / p = 20 s
+PROPAGATION_S = 1000 * 1609.344 / (299_792_458.0 * 2 / 3)  # 1,000 miles of fibre
+COMM_S = PROPAGATION_S + 1e9 / (1.25e9 * 100 / 1000)  # D/c + M/B: 1 GB at 1 Gbit/s = 8 s
+ACTIVE_J = GPUS * 100.0 * COMPUTE_S  # 100 W a GPU: 4,000 J
+IDLE_J = GPUS * 10.0 * COMM_S  # 10 W idle while its update crosses the link (no one waits)
+SITE_J = ACTIVE_J + IDLE_J  # 4,160.16 J
+KWH = 3.6e6
+
+
+def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
+    trace = tmp_path / "carbon.csv"
+    trace.write_text("site_id,g_per_kwh\nsite-000,100\n")  # the others: 400 g/kWh
+    settings = {
+        "min_power": 0.5, "max_power": 0.5, "gpus_per_site": 4, "tau_s": 10,
+        "update_size_gb": 1, "min_distance_miles": 1000, "max_distance_miles": 1000,
+        "distance_distribution": "uniform", "reference_bandwidth_gbps": 10,
+        "gpu_power_w": 100, "gpu_idle_power_w": 10, "egress_usd_per_gb": 0.05,
+        "carbon_g_per_kwh": 400, "carbon_trace": str(trace),
+    }  # fmt: skip
+    out = tmp_path / "run"
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip.cli", "run", "--workload", "synthetic", "--sites",
+         "4", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--out",
+         str(out), "--quiet", *sets],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader((out / "rounds.csv").open(newline="")))
+    assert len(rows) == 2
+    for row in rows:
+        assert int(row["k"]) == 4
+        assert float(row["compute_s"]) == pytest.approx(COMPUTE_S)
+        assert float(row["comm_s"]) == pytest.approx(COMM_S)
+        assert float(row["energy_j"]) == pytest.approx(4 * SITE_J)  # 16,640.64 J
+        assert float(row["idle_energy_j"]) == pytest.approx(4 * IDLE_J)  # 640.64 J
+        assert float(row["egress_gb"]) == pytest.approx(4.0)
+        assert float(row["egress_usd"]) == pytest.approx(0.20)
+        # site-000 at 100 g/kWh (the trace), the other three at 400
+        assert float(row["carbon_g"]) == pytest.approx(SITE_J / KWH * (100 + 3 * 400))  # 1.502
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["energy_kwh"] == pytest.approx(2 * 4 * SITE_J / KWH)
+    assert summary["idle_energy_kwh"] == pytest.approx(2 * 4 * IDLE_J / KWH)
+    assert summary["egress_gb"] == pytest.approx(8.0)
+    assert summary["egress_usd"] == pytest.approx(0.40)
+    assert summary["carbon_kg"] == pytest.approx(2 * SITE_J / KWH * 1300 / 1000)
+    assert summary["energy_to_target_kwh"] is None  # 99 % was not reached
+    assert summary["footprint"]["carbon_trace"] == str(trace)
