@@ -29,7 +29,6 @@ Skipped, with the reason, when no Docker engine is reachable.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -40,7 +39,17 @@ from pathlib import Path
 import pytest
 
 from services.aggregator.audit import verify
-from tests.e2e.test_compose import _PROBLEM, _inspect, _query, _run, _wait, running_stack
+from tests.e2e.test_compose import (
+    _PROBLEM,
+    _inspect,
+    _query,
+    _run,
+    _wait,
+    last_round,
+    run_decisions,
+    run_rows,
+    running_stack,
+)
 
 SITES = 4
 # The synthetic model trains 5 steps a round by default, so a round takes ~0.2 s and a run
@@ -79,23 +88,6 @@ def chaos_stack():
 
 
 # ---- reading the run ---------------------------------------------------------------------
-def _rows(out: Path) -> list[dict]:
-    path = out / "rounds.csv"
-    if not path.exists():
-        return []
-    return list(csv.DictReader(path.open()))
-
-
-def _decisions(out: Path) -> list[dict]:
-    path = out / "decisions.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _last_round(out: Path) -> int:
-    rows = _rows(out)
-    return int(rows[-1]["round"]) if rows else 0
 
 
 def _metric(prom: str, expr: str) -> float:
@@ -150,7 +142,7 @@ def _restarted(cid: str) -> bool:
 def _running(out: Path) -> None:
     """Fail clearly if the run ended before a fault could land mid-run."""
     assert not (out / "summary.json").exists(), (
-        f"the run finished ({_last_round(out)} rounds) before every fault was injected: "
+        f"the run finished ({last_round(out)} rounds) before every fault was injected: "
         "raise POWERTRIP_CHAOS_ROUNDS"
     )
 
@@ -160,7 +152,7 @@ def _round_after(out: Path, after: int, timeout_s: float, pred=lambda d: True) -
 
     def found():
         _running(out)
-        for d in _decisions(out):
+        for d in run_decisions(out):
             if d["round"] > after and pred(d):
                 return d
         return None
@@ -173,14 +165,14 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     t_start = time.monotonic()
     print(f"run directory: {out}")
     figures = _Figures()
-    _wait("round 2", lambda: _last_round(out) >= 2, timeout_s=900, every_s=1)
+    _wait("round 2", lambda: last_round(out) >= 2, timeout_s=900, every_s=1)
 
     # 1. the worker on the slowest link crashes just after a round starts, while its task is
     #    out (training or uploading; whether the stream was cut is printed, not asserted)
     worker, site = _slowest_worker(stack)
-    before = _last_round(out)
-    _wait("the next round to start", lambda: _last_round(out) > before, 300, every_s=0.05)
-    r_kill = _last_round(out)
+    before = last_round(out)
+    _wait("the next round to start", lambda: last_round(out) > before, 300, every_s=0.05)
+    r_kill = last_round(out)
     time.sleep(0.4)
     t_kill = time.monotonic()
     how = _crash(worker)
@@ -193,7 +185,7 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
         return logs.stdout.count(f"worker {worker_id} (")
 
     def outcome():
-        for d in _decisions(out):
+        for d in run_decisions(out):
             if d["round"] > r_kill and site in d["failed_sites"]:
                 return d  # the round closed at its deadline without the site
         return "requeued" if registrations() >= 2 else None  # back within the deadline
@@ -224,7 +216,7 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     # 2. and 3. the policy, then the profiler, are killed for at least one round
     for service, counter in (("policy", "policy"), ("profiler", "profiler")):
         cid = _ids(stack, service)[0]
-        r_kill = _last_round(out)
+        r_kill = last_round(out)
         t_kill = time.monotonic()
         _run(["docker", "kill", cid])
         # a round that started after the kill had to fall back
@@ -248,7 +240,7 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
                 out, r_fallback, 300, lambda d: "fallback" not in json.dumps(d["explanation"])
             )
         else:
-            r_now = _last_round(out)
+            r_now = last_round(out)
             _wait(f"{service} healthy", lambda c=cid: _inspect(c, "{{.State.Health.Status}}")
                   == "healthy", 300, every_s=1)  # fmt: skip
             used = _round_after(out, max(r_now, r_fallback) + 1, 300)
@@ -268,7 +260,7 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     agg = _ids(stack, "aggregator")[0]
     _running(out)
     checkpoint = json.loads((out / "checkpoint" / "state.json").read_text())
-    r_kill = _last_round(out)
+    r_kill = last_round(out)
     t_kill = time.monotonic()
     how = _crash(agg)
     _wait("the aggregator restarted", lambda: _restarted(agg), 300, every_s=0.5)
@@ -302,9 +294,9 @@ def test_compose_stack_survives_kills_and_resumes(chaos_stack):
     assert summary["status"] == "done", summary
 
     # every round once, consecutive, in both records
-    rows = _rows(out)
+    rows = run_rows(out)
     assert [int(r["round"]) for r in rows] == list(range(1, ROUNDS + 1)), rows
-    decisions = _decisions(out)
+    decisions = run_decisions(out)
     assert [d["round"] for d in decisions] == list(range(1, ROUNDS + 1))
 
     # every accepted delta in its round's FedAvg exactly once

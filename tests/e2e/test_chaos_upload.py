@@ -29,16 +29,17 @@ import time
 import pytest
 
 from services.aggregator.audit import verify
-from tests.e2e.test_chaos_compose import (
-    _crash,
-    _decisions,
-    _ids,
-    _last_round,
-    _metric,
-    _rows,
-    _slowest_worker,
+from tests.e2e.test_chaos_compose import _crash, _ids, _metric, _slowest_worker
+from tests.e2e.test_compose import (
+    _PROBLEM,
+    _inspect,
+    _run,
+    _wait,
+    last_round,
+    run_decisions,
+    run_rows,
+    running_stack,
 )
-from tests.e2e.test_compose import _PROBLEM, _inspect, _run, _wait, running_stack
 
 SITES = 3
 ROUNDS = 4
@@ -75,7 +76,7 @@ def _logs(cid: str) -> str:
 
 def test_worker_crashed_mid_upload_loses_nothing_and_adds_nothing(upload_stack):
     stack, out = upload_stack, upload_stack["out"]
-    _wait("round 1", lambda: _last_round(out) >= 1, timeout_s=900, every_s=1)
+    _wait("round 1", lambda: last_round(out) >= 1, timeout_s=900, every_s=1)
     worker, site = _slowest_worker(stack)
     began = re.compile(rf"uploading the delta of {site} for (\S+): (\d+) bytes")
     seen = len(began.findall(_logs(worker)))
@@ -106,7 +107,7 @@ def test_worker_crashed_mid_upload_loses_nothing_and_adds_nothing(upload_stack):
         timeout_s=1200, every_s=2,
     )  # fmt: skip
     assert summary["status"] == "done", summary
-    rows, decisions = _rows(out), _decisions(out)
+    rows, decisions = run_rows(out), run_decisions(out)
     assert [int(r["round"]) for r in rows] == list(range(1, ROUNDS + 1)), rows
     assert [d["round"] for d in decisions] == list(range(1, ROUNDS + 1))
 

@@ -183,6 +183,37 @@ def make_site_bundle(secrets: Path, out: Path, aggregator: str, profiler: str, n
     return out / "docker-run.sh"
 
 
+def make_certs(secrets: Path, sans: str) -> None:
+    """deploy/tls/make-certs.sh for every service and a client, with a join token; `sans`
+    adds the address remote workers dial to the certificates (SANS, as in the README)."""
+    subprocess.run(
+        ["bash", str(DEPLOY / "tls/make-certs.sh"), str(secrets),
+         "aggregator", "profiler", "policy", "site-worker", "client"],
+        check=True, capture_output=True, timeout=120,
+        env={**os.environ, "JOIN_TOKEN": "1", "SANS": sans},
+    )  # fmt: skip
+
+
+# ---- reading a run directory the stack writes --------------------------------------------
+def run_rows(out: Path) -> list[dict]:
+    """rounds.csv so far ([] before the first round)."""
+    path = out / "rounds.csv"
+    return list(csv.DictReader(path.open())) if path.exists() else []
+
+
+def run_decisions(out: Path) -> list[dict]:
+    """decisions.jsonl so far."""
+    path = out / "decisions.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def last_round(out: Path) -> int:
+    rows = run_rows(out)
+    return int(rows[-1]["round"]) if rows else 0
+
+
 def _inspect(cid: str, fmt: str) -> str:
     return _run(["docker", "inspect", "-f", fmt, cid]).stdout.strip()
 

@@ -34,7 +34,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from tests.e2e.test_compose import (
     _PROBLEM,
-    DEPLOY,
     SITES,
     _compose,
     _inspect,
@@ -43,6 +42,7 @@ from tests.e2e.test_compose import (
     _wait,
     bridge_address,
     compose_command,
+    make_certs,
     make_site_bundle,
     stack_env,
 )
@@ -67,12 +67,7 @@ def tls_stack(tmp_path_factory):
     bridge = bridge_address()
     # the aggregator's and the profiler's certificates also name the address remote workers
     # dial (the README: SANS=DNS:agg.example.org)
-    subprocess.run(
-        ["bash", str(DEPLOY / "tls/make-certs.sh"), str(secrets),
-         "aggregator", "profiler", "policy", "site-worker", "client"],
-        check=True, capture_output=True, timeout=120,
-        env={**os.environ, "JOIN_TOKEN": "1", "SANS": f"IP:{bridge}"},
-    )  # fmt: skip
+    make_certs(secrets, f"IP:{bridge}")
     env = stack_env(
         runs,
         "tls",

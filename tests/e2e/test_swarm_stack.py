@@ -30,7 +30,6 @@ dnsrr endpoints and host-mode published ports (deploy/README.md says why).
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
 import re
@@ -53,7 +52,11 @@ from tests.e2e.test_compose import (
     _run,
     _wait,
     bridge_address,
+    last_round,
+    make_certs,
     make_site_bundle,
+    run_decisions,
+    run_rows,
     stack_env,
 )
 
@@ -191,12 +194,7 @@ def swarm_stack():
     compose = [*_compose(), "-p", stack, "-f", str(DEPLOY / "docker-compose.yml")]
     _run([*compose, "build", "policy", "aggregator"], env=env, timeout=900)
     # the aggregator's certificate also names the address the remote worker dials
-    subprocess.run(
-        ["bash", str(DEPLOY / "tls/make-certs.sh"), str(secrets),
-         "aggregator", "profiler", "policy", "site-worker", "client"],
-        check=True, capture_output=True, timeout=120,
-        env={**os.environ, "JOIN_TOKEN": "1", "SANS": f"IP:{bridge}"},
-    )  # fmt: skip
+    make_certs(secrets, f"IP:{bridge}")
     remote_name = f"{stack}-remote"
     detach = ["--detach=true"] if "--detach" in _docker("stack", "deploy", "--help") else []
     with _swarm() as swarm:
@@ -218,26 +216,11 @@ def swarm_stack():
 
 
 # ---- reading the run --------------------------------------------------------------------
-def _rows(out: Path) -> list[dict]:
-    path = out / "rounds.csv"
-    return list(csv.DictReader(path.open())) if path.exists() else []
-
-
-def _decisions(out: Path) -> list[dict]:
-    path = out / "decisions.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _last_round(out: Path) -> int:
-    rows = _rows(out)
-    return int(rows[-1]["round"]) if rows else 0
 
 
 def _running(out: Path) -> None:
     assert not (out / "summary.json").exists(), (
-        f"the run finished ({_last_round(out)} rounds) before every fault was injected: "
+        f"the run finished ({last_round(out)} rounds) before every fault was injected: "
         "raise POWERTRIP_SWARM_ROUNDS or POWERTRIP_SWARM_LOCAL_STEPS"
     )
 
@@ -328,13 +311,13 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     figures["remote"] = f"{stack['remote']} claimed {remote_site} over mutual TLS"
 
     # 4a. kill a site-worker task just after a round starts
-    _wait("round 2", lambda: _last_round(out) >= 2, 600, every_s=1)
+    _wait("round 2", lambda: last_round(out) >= 2, 600, every_s=1)
     _running(out)
     victim = _tasks(name, "site-worker")[0]
     hostname = _docker("inspect", "-f", "{{.Config.Hostname}}", victim)
-    before = _last_round(out)
-    _wait("the next round to start", lambda: _last_round(out) > before, 300, every_s=0.05)
-    r_kill = _last_round(out)
+    before = last_round(out)
+    _wait("the next round to start", lambda: last_round(out) > before, 300, every_s=0.05)
+    r_kill = last_round(out)
     time.sleep(0.4)
     t_kill = time.monotonic()
     _docker("kill", victim)
@@ -347,7 +330,7 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     t_up = time.monotonic()
     back = _wait(
         "all 4 sites delivering again",
-        lambda: _running(out) or next((d for d in _decisions(out) if d["round"] > r_kill + 1
+        lambda: _running(out) or next((d for d in run_decisions(out) if d["round"] > r_kill + 1
                                        and not d["failed_sites"] and d["k"] == SITES), None),
         300, every_s=0.5,
     )  # fmt: skip
@@ -362,12 +345,12 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     aggregator = _tasks(name, "aggregator")
     assert len(aggregator) == 1, aggregator
     checkpoint = json.loads((out / "checkpoint" / "state.json").read_text())
-    r_kill = _last_round(out)
+    r_kill = last_round(out)
     t_kill = time.monotonic()
     _docker("kill", aggregator[0])
     nxt = _wait(
         "a round recorded by the replacement aggregator",
-        lambda: next((d for d in _decisions(out) if d["round"] > r_kill), None),
+        lambda: next((d for d in run_decisions(out) if d["round"] > r_kill), None),
         600, every_s=0.5,
     )  # fmt: skip
     new_tasks = _tasks(name, "aggregator")
@@ -382,7 +365,7 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     summary = _wait("summary.json", lambda: summary_path.exists() and json.loads(
         summary_path.read_text()), 900, every_s=2)  # fmt: skip
     assert summary["status"] == "done", summary
-    rows, decisions = _rows(out), _decisions(out)
+    rows, decisions = run_rows(out), run_decisions(out)
     assert [int(r["round"]) for r in rows] == list(range(1, ROUNDS + 1)), rows
     assert [d["round"] for d in decisions] == list(range(1, ROUNDS + 1))
     clean = [r for r, d in zip(rows, decisions, strict=True) if not d["failed_sites"]]
