@@ -86,7 +86,13 @@ def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
     )
     assert "static-k@uniform* -> static-k" in done.stdout
     kstar = done.stdout.split("static-k@uniform* -> ")[1].split()[0]
-    for variant in ("gain-separable", "two-directions", "data-parallel", "uniform-distances"):
+    for variant in (
+        "gain-separable",
+        "two-directions",
+        "data-parallel",
+        "uniform-distances",
+        "clock-estimator",
+    ):
         for arm in ("powertrip", kstar):
             assert (out / "runs" / variant / "seed0" / arm / "summary.json").is_file(), (
                 variant,

@@ -345,7 +345,13 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     made_up_sweep(out, "uniform", seeds, {2: 1.5, 5: 1.2})
     arms = ["powertrip", *(a for a in fig09.SUITE.arms if a not in ("sweep", "static-k*"))]
     others = {
-        "ablation": ["gain-separable", "two-directions", "data-parallel", "uniform-distances"],
+        "ablation": [
+            "gain-separable",
+            "two-directions",
+            "data-parallel",
+            "uniform-distances",
+            "clock-estimator",
+        ],
         "13": ["size-1gb", "size-2gb"],
     }.get(figure, [])
     elsewhere = ["powertrip", "static-k5"] + (["centralized-25"] if figure == "13" else [])

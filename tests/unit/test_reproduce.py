@@ -260,7 +260,13 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     for r in runs:
         by_variant.setdefault(r.variant, []).append(r.arm.name)
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
-    for name in ("gain-separable", "two-directions", "data-parallel", "uniform-distances"):
+    for name in (
+        "gain-separable",
+        "two-directions",
+        "data-parallel",
+        "uniform-distances",
+        "clock-estimator",
+    ):
         assert by_variant[name] == ["powertrip"]  # static k* waits for the uniform sweep
     deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid)
     assert deferred == [] and chosen == {"static-k@uniform*": None}
@@ -269,7 +275,13 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     assert chosen == {"static-k@uniform*": 5}
     assert {(r.variant, r.arm.name) for r in deferred} == {
         (v, "static-k5")
-        for v in ("gain-separable", "two-directions", "data-parallel", "uniform-distances")
+        for v in (
+            "gain-separable",
+            "two-directions",
+            "data-parallel",
+            "uniform-distances",
+            "clock-estimator",
+        )
     }
 
 
@@ -298,6 +310,7 @@ def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
         ("two-directions", "comm_directions"),
         ("data-parallel", "work_model"),
         ("uniform-distances", "distance_distribution"),
+        ("clock-estimator", "estimator"),
     ):
         flipped = R.variant_config(base, R.VARIANTS[name], 0).to_dict()
         assert {k for k in uniform if uniform[k] != flipped[k]} == {key}, name
