@@ -126,5 +126,7 @@ def test_jobs_run_each_group_in_one_process_and_report_once(tmp_path):
     assert theirs, "the helper ran no group"  # two groups, two processes
     assert "busy uniform seed" in done.stdout + helper_log.read_text()
     assert "figure 8:" in done.stdout and "figure 8:" not in helper_log.read_text()
+    assert "left to another reproduce" not in done.stderr  # its own helper's groups are done
+    assert "ran 2, skipped 2, failed 0" in done.stdout  # the helper's 2 re-checked: done
     assert (out / "fig8" / "report.html").is_file()
     assert json.loads((out / "reproduce.json").read_text())["seeds"] == [0, 1]
