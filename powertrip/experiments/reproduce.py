@@ -173,6 +173,8 @@ def main(args: Any) -> int:
         "unsupported": unsupported,
         "cores": os.cpu_count(),
     }
+    if meta_file.is_file():  # a narrower command keeps what a wider one recorded
+        meta = merged_record(json.loads(meta_file.read_text()), meta)
     if not runs_only:  # a helper leaves the record to the command that started it
         meta_file.write_text(json.dumps(meta, indent=2, default=str))
     logs: list[RunLog] = []
@@ -228,6 +230,22 @@ def main(args: Any) -> int:
         if helper_failures:
             return 1
     return _render(out, figures, meta, args, logs)
+
+
+def merged_record(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """OUT/reproduce.json after another command on the same OUT: the union of both
+    commands' figures, seeds, set-ups, refinements and resolved k*, so `--figure 8` after
+    `--figure all` does not leave `--report-only` without the other figures' set-ups.
+    The newer command's base config and options win (runs record their own config)."""
+    merged = {**old, **new}
+    order = list(SUITES)
+    figures = set(old.get("figures") or ()) | set(new.get("figures") or ())
+    merged["figures"] = sorted(figures, key=lambda f: order.index(f) if f in order else len(order))
+    merged["seeds"] = sorted(set(old.get("seeds") or ()) | set(new.get("seeds") or ()))
+    for key in ("variants", "unsupported", "refined", "deferred"):
+        if key in old or key in new:
+            merged[key] = {**(old.get(key) or {}), **(new.get(key) or {})}
+    return merged
 
 
 def _quiet_skips(line: str) -> None:

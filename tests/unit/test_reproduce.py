@@ -341,3 +341,29 @@ def test_cli_errors_name_the_option(tmp_path, capsys, args, message):
     assert main(["reproduce", *args, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.glob("out/runs/*"))  # nothing was started
+
+
+def test_a_narrower_command_keeps_the_record_of_a_wider_one():
+    """`--figure 8` after `--figure all` on one OUT: reproduce.json still names every
+    figure's set-ups and seeds, so --report-only can render them all."""
+    wide = {
+        "figures": ["6-7", "8", "12"],
+        "seeds": [0, 1, 2, 3, 4],
+        "variants": {"ideal": {"name": "ideal"}, "trace": {"name": "trace"}},
+        "refined": {"uniform": [4]},
+        "base_config": {"lr": 0.1},
+    }
+    narrow = {
+        "figures": ["8"],
+        "seeds": [0, 1, 2],
+        "variants": {"uniform": {"name": "uniform"}},
+        "refined": {"uniform": [4, 6]},
+        "base_config": {"lr": 0.1, "gpu_power_w": 250.0},
+    }
+    merged = R.merged_record(wide, narrow)
+    assert merged["figures"] == ["6-7", "8", "12"]
+    assert merged["seeds"] == [0, 1, 2, 3, 4]
+    assert set(merged["variants"]) == {"ideal", "trace", "uniform"}
+    assert merged["refined"] == {"uniform": [4, 6]}  # the newer command's refinement
+    assert merged["base_config"] == narrow["base_config"]
+    assert R.merged_record({}, narrow)["figures"] == ["8"]
