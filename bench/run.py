@@ -8,7 +8,8 @@ both alike; the ratio is the median of the pairwise ratios:
   deltas, `static` k sites of FEMNIST, the LEAF CNN, batch 20) vs loop_site_steps_per_s (a
   bare sequential torch loop doing the same steps, written plainly below, all cores' threads)
   and flower_site_steps_per_s (Flower's simulation of the same work; `pip install .[bench]`);
-  train_gflops (steps/s x FLOPs per step from torch's FLOP counter) and train_vs_peak.
+  train_gflops (steps/s x FLOPs per step from torch's FLOP counter) and train_vs_gemm,
+  against a 3072 x 3072 fp32 torch.mm on every core measured in the same run.
 * transfer_MBps: a 26 MB model download + delta upload through the real aggregator service
   and the site worker's own client code on loopback vs raw_tcp_MBps (a plain socket, same
   bytes).
