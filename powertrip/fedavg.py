@@ -41,7 +41,13 @@ def apply_delta(
     return {k: (v + delta[k].astype(v.dtype, copy=False)) for k, v in weights.items()}
 
 
-_BLOCK = 1 << 17  # elements: a 1 MiB float64 scratch, reused, stays in L2/L3 cache
+# Elements per block: a 256 KiB float64 scratch, reused, stays in L2. Below torch's parallel
+# grain (32,768 elements), so every block runs on the calling thread whatever the process's
+# torch thread count: the aggregator evaluates on every core (services/aggregator/
+# evaluator.py), and a 2-thread OpenMP region per block while the site workers train on both
+# cores fell from 4.5 to 0.27 GB/s (bench/RESULTS.md). A multiple of 64, so vector loops and
+# their scalar tails cover the same elements as before (bit-identical, tests/unit/test_fedavg.py).
+_BLOCK = 32_704
 
 
 def _accumulate(acc: np.ndarray, delta: np.ndarray, weight: float, scratch: np.ndarray) -> None:
@@ -57,11 +63,13 @@ def _accumulate(acc: np.ndarray, delta: np.ndarray, weight: float, scratch: np.n
     flat_delta = torch.from_numpy(np.ascontiguousarray(delta).reshape(-1))
     buffer = torch.from_numpy(scratch)
     w = float(weight)
-    for start in range(0, flat_acc.numel(), _BLOCK):
-        stop = min(start + _BLOCK, flat_acc.numel())
-        block = buffer[: stop - start]
-        block.copy_(flat_delta[start:stop])
-        flat_acc[start:stop].add_(block, alpha=w)
+    # views made in one call each (a Python slice per block cost as much as the arithmetic)
+    for acc_block, delta_block in zip(
+        flat_acc.split(_BLOCK), flat_delta.split(_BLOCK), strict=True
+    ):
+        block = buffer if len(delta_block) == len(buffer) else buffer[: len(delta_block)]
+        block.copy_(delta_block)
+        acc_block.add_(block, alpha=w)
 
 
 class StreamingFedAvg:

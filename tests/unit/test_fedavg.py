@@ -70,3 +70,30 @@ def test_apply_delta_adds_in_the_weights_dtype():
     new = apply_delta(w, _delta(0.5))
     np.testing.assert_allclose(new["w"], 1.5)
     assert new["w"].dtype == np.float32
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads):
+    """_accumulate works a cache-sized block at a time (below torch's parallel grain, so it
+    never starts an OpenMP region): per element it must be exactly one float64
+    `acc + w * delta`, as a single whole-tensor torch op computes it, at sizes around the
+    block boundary and whatever the torch thread count."""
+    import torch
+
+    from powertrip.fedavg import _BLOCK, _accumulate
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(3)
+        scratch = np.empty(_BLOCK, np.float64)
+        for n in (1, 9, _BLOCK - 1, _BLOCK, _BLOCK + 1, 3 * _BLOCK + 17, 400_003):
+            delta = rng.normal(size=n).astype(np.float32)
+            start = rng.normal(size=n)
+            mine, whole = start.copy(), torch.from_numpy(start.copy())
+            for w in (3.0, 0.1234567, 17.0):
+                _accumulate(mine, delta, w, scratch)
+                whole.add_(torch.from_numpy(delta).double(), alpha=w)
+            assert np.array_equal(mine, whole.numpy()), n
+    finally:
+        torch.set_num_threads(previous)
