@@ -36,6 +36,16 @@ class Accounting:
             return int(profile.gpus_available)
         return self.run.gpus_per_site
 
+    def _gpus(
+        self, selection: policy_pb2.Selection, profile: common_pb2.SiteProfile | None
+    ) -> float:
+        """Effective GPUs p x N_max of a selected site; a centralized round runs at the cap."""
+        if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+            power = selection.power_cap
+        else:
+            power = profile.power_fraction if profile is not None else 0.0
+        return power * self._max_gpus(profile)
+
     def simulated_uses(
         self,
         selection: policy_pb2.Selection,
@@ -46,16 +56,19 @@ class Accounting:
         held = planned.timing.round_time_s - planned.timing.aggregation_s
         if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
             site = selection.site_ids[0]
-            gpus = selection.power_cap * self._max_gpus(profiles_by_id.get(site))
+            gpus = self._gpus(selection, profiles_by_id.get(site))
             return [SiteUse(site, gpus, planned.times[0].compute_s, held, 0.0)]
         per_site = self.run.comm_directions * self.run.update_size_bytes
-        uses = []
-        for t in planned.times:
-            profile = profiles_by_id.get(t.site_id)
-            power = profile.power_fraction if profile is not None else 0.0
-            gpus = power * self._max_gpus(profile)
-            uses.append(SiteUse(t.site_id, gpus, t.compute_s, held, per_site))
-        return uses
+        return [
+            SiteUse(
+                t.site_id,
+                self._gpus(selection, profiles_by_id.get(t.site_id)),
+                t.compute_s,
+                held,
+                per_site,
+            )
+            for t in planned.times
+        ]
 
     def measured_uses(
         self,
@@ -73,16 +86,11 @@ class Accounting:
         for site in selection.site_ids:
             if site not in progress.finished_at:
                 continue
-            profile = profiles_by_id.get(site)
-            if centralized:
-                power = selection.power_cap
-            else:
-                power = profile.power_fraction if profile is not None else 0.0
             measured = progress.energy_j.get(site) or None
             uses.append(
                 SiteUse(
                     site,
-                    power * self._max_gpus(profile),
+                    self._gpus(selection, profiles_by_id.get(site)),
                     progress.compute_wall_s.get(site, 0.0),
                     held,
                     0.0 if centralized else 2.0 * model_bytes,
