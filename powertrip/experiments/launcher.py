@@ -203,6 +203,12 @@ def _env() -> dict[str, str]:
     # one BLAS/OpenMP thread per process unless told otherwise: processes are the parallelism
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
+    # OpenMP threads that finish a parallel region sleep instead of spinning: the aggregator
+    # evaluates on every core while other processes (site workers, a second reproduce) may
+    # hold them, and spinning threads wait for cores the others need. Evaluating 2,000
+    # FEMNIST images on 2 threads beside a reproduce on both cores: 3.2 s spinning, 2.0 s
+    # sleeping, 2.0 s on one thread (bench/RESULTS.md). The numbers do not change.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
