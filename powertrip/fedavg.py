@@ -9,6 +9,7 @@ ones that arrive early.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -41,46 +42,72 @@ def apply_delta(
     return {k: (v + delta[k].astype(v.dtype, copy=False)) for k, v in weights.items()}
 
 
-# Elements per block: a 256 KiB float64 scratch, reused, stays in L2. Below torch's parallel
-# grain (32,768 elements), so every block runs on the calling thread whatever the process's
-# torch thread count: the aggregator evaluates on every core (services/aggregator/
-# evaluator.py), and a 2-thread OpenMP region per block while the site workers train on both
-# cores fell from 4.5 to 0.27 GB/s (bench/RESULTS.md). A multiple of 64, so vector loops and
-# their scalar tails cover the same elements as before (bit-identical, tests/unit/test_fedavg.py).
+# Elements per block: below torch's parallel grain (32,768 elements), so no block ever starts
+# an OpenMP region, whatever the process's torch thread count. The aggregator evaluates on
+# every core (services/aggregator/evaluator.py), and 2-thread OpenMP regions, one per block,
+# while the site workers trained on both cores fell from 4.5 to 0.27 GB/s: every region's
+# barrier waited for a core (bench/RESULTS.md). A multiple of 64, so vector loops and their
+# scalar tails cover the same elements as one whole-tensor add (tests/unit/test_fedavg.py).
 _BLOCK = 32_704
 
 
-def _accumulate(acc: np.ndarray, delta: np.ndarray, weight: float, scratch: np.ndarray) -> None:
-    """acc += float64(delta) * weight, a cache-sized block at a time.
+def _accumulate(
+    acc: np.ndarray, delta: np.ndarray, weight: float, pool: Executor | None = None, parts: int = 1
+) -> None:
+    """acc += float64(delta) * weight, a cache-sized block at a time, in `parts` threads.
 
-    The temporary is one small reused block instead of a float64 copy of the model, so the
-    aggregator's memory stays ~1x the float64 accumulator. Per block: widen float32 to
-    float64 (exact), then one fused multiply-add (torch's `add_(alpha=)`, vectorised) over
-    the cached block; numpy needs a mixed-dtype multiply (its slow casting loop) or three
-    passes. Element-wise and in a fixed order, so the result does not depend on threads.
+    One mixed-dtype `add_(alpha=)` per block: torch widens each float32 element exactly and
+    adds w x it to the float64 accumulator in one pass, with no float64 copy of the delta,
+    so the aggregator's memory stays ~1x the accumulator. Element-wise, so the result does
+    not depend on the block size or on how the blocks are shared out.
+
+    Parallel with Python threads, not OpenMP: the calling thread takes the first share of
+    the blocks and `pool` the others (torch releases the GIL in each add), one wait per
+    tensor instead of one barrier per block. Figures in bench/RESULTS.md.
     """
-    flat_acc = torch.from_numpy(acc.reshape(-1))
-    flat_delta = torch.from_numpy(np.ascontiguousarray(delta).reshape(-1))
-    buffer = torch.from_numpy(scratch)
+    acc_blocks = torch.from_numpy(acc.reshape(-1)).split(_BLOCK)
+    delta_blocks = torch.from_numpy(np.ascontiguousarray(delta).reshape(-1)).split(_BLOCK)
     w = float(weight)
-    # views made in one call each (a Python slice per block cost as much as the arithmetic)
-    for acc_block, delta_block in zip(
-        flat_acc.split(_BLOCK), flat_delta.split(_BLOCK), strict=True
-    ):
-        block = buffer if len(delta_block) == len(buffer) else buffer[: len(delta_block)]
-        block.copy_(delta_block)
-        acc_block.add_(block, alpha=w)
+
+    def add(first: int, last: int) -> None:
+        for acc_block, delta_block in zip(
+            acc_blocks[first:last], delta_blocks[first:last], strict=True
+        ):
+            acc_block.add_(delta_block, alpha=w)
+
+    parts = max(1, min(parts, len(acc_blocks) // 2)) if pool is not None else 1
+    bounds = [len(acc_blocks) * i // parts for i in range(parts + 1)]
+    shares = [pool.submit(add, bounds[i], bounds[i + 1]) for i in range(1, parts)] if pool else []
+    try:
+        add(bounds[0], bounds[1])
+    finally:
+        for share in shares:
+            share.result()  # waits, and raises here what a share raised
 
 
 class StreamingFedAvg:
     """Accumulate weighted deltas in a fixed order with a small reorder buffer."""
 
-    def __init__(self, order: Sequence[str], template: Mapping[str, np.ndarray]):
+    def __init__(
+        self,
+        order: Sequence[str],
+        template: Mapping[str, np.ndarray],
+        threads: int | None = None,
+    ):
+        """threads: how many threads add a delta (default: the process's torch thread
+        count, which the aggregator sets to the cores it evaluates on)."""
         self.order = list(order)
+        self._threads = threads if threads is not None else torch.get_num_threads()
+        # helpers for the share of each large tensor the caller does not add itself; their
+        # threads end with this accumulator (shutdown in result(), or when it is collected)
+        self._pool = (
+            ThreadPoolExecutor(self._threads - 1, thread_name_prefix="fedavg")
+            if self._threads > 1
+            else None
+        )
         self._position = {site: i for i, site in enumerate(self.order)}
         self._template = {k: (v.shape, v.dtype) for k, v in template.items()}
         self._acc = {k: np.zeros(v.shape, dtype=np.float64) for k, v in template.items()}
-        self._scratch = np.empty(_BLOCK, dtype=np.float64)
         self._weight = 0.0
         self._next = 0
         self._parked: dict[int, tuple[Mapping[str, np.ndarray], float]] = {}
@@ -105,7 +132,7 @@ class StreamingFedAvg:
             if self._next in self._parked:
                 delta, weight = self._parked.pop(self._next)
                 for key, acc in self._acc.items():
-                    _accumulate(acc, delta[key], weight, self._scratch)
+                    _accumulate(acc, delta[key], weight, self._pool, self._threads)
                 self._weight += weight
                 self.contributors.append(self.order[self._next])
             elif self._next not in self._skipped:
@@ -122,6 +149,8 @@ class StreamingFedAvg:
             raise RuntimeError(f"still waiting for {self.order[self._next]}")
         if self._weight <= 0:
             raise RuntimeError("no site contributed to this round")
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         return {
             k: (acc / self._weight).astype(self._template[k][1]) for k, acc in self._acc.items()
         }

@@ -73,27 +73,63 @@ def test_apply_delta_adds_in_the_weights_dtype():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads):
-    """_accumulate works a cache-sized block at a time (below torch's parallel grain, so it
-    never starts an OpenMP region): per element it must be exactly one float64
-    `acc + w * delta`, as a single whole-tensor torch op computes it, at sizes around the
-    block boundary and whatever the torch thread count."""
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads, parts):
+    """_accumulate adds a cache-sized block at a time (below torch's parallel grain, so it
+    never starts an OpenMP region), shared out over `parts` Python threads: per element it
+    must be exactly one float64 `acc + w * delta`, as a single whole-tensor torch op
+    computes it, at sizes around the block boundary, whatever the torch thread count."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
     from powertrip.fedavg import _BLOCK, _accumulate
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    pool = ThreadPoolExecutor(parts)
     try:
         rng = np.random.default_rng(3)
-        scratch = np.empty(_BLOCK, np.float64)
         for n in (1, 9, _BLOCK - 1, _BLOCK, _BLOCK + 1, 3 * _BLOCK + 17, 400_003):
             delta = rng.normal(size=n).astype(np.float32)
             start = rng.normal(size=n)
             mine, whole = start.copy(), torch.from_numpy(start.copy())
             for w in (3.0, 0.1234567, 17.0):
-                _accumulate(mine, delta, w, scratch)
+                _accumulate(mine, delta, w, pool, parts)
                 whole.add_(torch.from_numpy(delta).double(), alpha=w)
             assert np.array_equal(mine, whole.numpy()), n
     finally:
         torch.set_num_threads(previous)
+        pool.shutdown()
+
+
+def test_a_failure_in_a_helper_thread_reaches_the_caller():
+    """A block that cannot be added (here: the delta is shorter than the accumulator) must
+    raise in the caller, not die silently in a helper thread and leave a wrong sum
+    unannounced (the aggregator checks every delta's layout before it gets here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from powertrip.fedavg import _BLOCK, _accumulate
+
+    acc = np.zeros(4 * _BLOCK)
+    with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError):
+        _accumulate(acc, np.ones(3 * _BLOCK, np.float32), 1.0, pool, parts=2)
+
+
+def test_the_streaming_sum_does_not_depend_on_its_threads():
+    rng = np.random.default_rng(5)
+    template = {"w": np.zeros((300, 500), np.float32), "b": np.zeros(7, np.float32)}
+    deltas = [
+        {k: rng.normal(size=v.shape).astype(np.float32) for k, v in template.items()}
+        for _ in range(4)
+    ]
+    sites = [f"s{i}" for i in range(4)]
+    results = []
+    for threads in (1, 2, 4):
+        acc = StreamingFedAvg(sites, template, threads=threads)
+        for site, delta in zip(sites, deltas, strict=True):
+            acc.add(site, delta, 10.0 + len(site))
+        results.append(acc.result())
+    for other in results[1:]:
+        for key in template:
+            assert np.array_equal(results[0][key], other[key])
