@@ -215,13 +215,14 @@ def main(args: Any) -> int:
                 file=sys.stderr,
             )
         if not getattr(args, "no_refine", False):
-            refined, meta["refined"] = refine_runs(out, figures, seeds, ks)
+            refined, found = refine_runs(out, figures, seeds, ks)
+            meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
-                print(f"reproduce: refining the static-k sweep: {meta['refined']}")
+                print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
         deferred, chosen = deferred_runs(out, figures, seeds, ks)
         deferred = [r for r in deferred if r.variant not in unsupported]
-        meta["deferred"] = chosen
+        meta["deferred"] = {**meta.get("deferred", {}), **chosen}
         for spec, k in chosen.items():
             print(f"reproduce: {spec} -> " + (f"static-k{k}" if k else "no k* yet (not run)"))
         logs += execute(deferred, out, base, **common)

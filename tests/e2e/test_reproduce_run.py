@@ -62,9 +62,19 @@ def test_reproduce_runs_reports_and_resumes(tmp_path):
     with (out / "claims.csv").open() as f:
         assert {r["figure"] for r in csv.DictReader(f)} == {"8", "10"}
 
+    # what an earlier command recorded for another set-up survives this one's record
+    record_file = out / "reproduce.json"
+    record = json.loads(record_file.read_text())
+    record["refined"]["trace"] = [4]
+    record["deferred"] = {**record.get("deferred", {}), "static-k@trace*": 4}
+    record_file.write_text(json.dumps(record))
     stamp = (out / "runs/uniform/seed0/powertrip/summary.json").stat().st_mtime_ns
     again = reproduce(out, "--figure", "10")
     assert f"ran 0, skipped {total}, failed 0" in again.stdout
+    record = json.loads(record_file.read_text())
+    assert record["refined"]["trace"] == [4] and refined(out) == extra
+    assert record["deferred"]["static-k@trace*"] == 4
+    assert record["figures"] == ["8", "10"]
     assert (out / "runs/uniform/seed0/powertrip/summary.json").stat().st_mtime_ns == stamp
 
     (out / "runs/uniform/seed1/static-k5/summary.json").unlink()  # as if killed mid-run
