@@ -132,8 +132,8 @@ class TransferBench:
         from powertrip.experiments.launcher import Deployment, start_service
         from powertrip.heap import keep_buffers_on_heap
         from powertrip.rpc.channels import open_channel
+        from powertrip.rpc.chunkwire import AggregatorStub
         from powertrip.training import LocalResult
-        from powertrip.v1 import aggregator_pb2_grpc
         from services.site_worker.config import WorkerConfig
         from services.site_worker.worker import SiteWorker
 
@@ -157,7 +157,7 @@ class TransferBench:
             self.work / "logs", timeout_s=120,
         )  # fmt: skip
         self.channel = open_channel(self.aggregator.target).__enter__()
-        self.stub = aggregator_pb2_grpc.AggregatorStub(self.channel)
+        self.stub = AggregatorStub(self.channel)
         self.worker = SiteWorker(
             WorkerConfig(aggregator=self.aggregator.target, worker_id="bench", site_count=1)
         )

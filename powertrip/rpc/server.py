@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
@@ -38,6 +41,50 @@ CONTROL_MESSAGE_BYTES = 64 * 1024 * 1024
 #: the stream (see powertrip.rpc.malformed): a few hundred malformed requests would
 #: otherwise use the limit up and wedge the connection.
 MAX_CONCURRENT_STREAMS = 256
+
+
+#: a method's (request deserializer, response serializer)
+Codecs = tuple[Callable[[bytes], Any], Callable[[Any], bytes]]
+
+
+def add_servicer(
+    server: grpc.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    codecs: Mapping[str, Codecs] | None = None,
+) -> None:
+    """What the generated `add_<Service>Servicer_to_server` does, built from the service's
+    descriptor, with `codecs` replacing the generated message codecs of the named methods
+    (the aggregator's bulk methods use `chunkwire`'s)."""
+    codecs = codecs or {}
+    unknown = set(codecs) - {m.name for m in service.methods}
+    if unknown:
+        raise ValueError(f"{service.full_name} has no method(s) {sorted(unknown)}")
+    handlers = {}
+    for method in service.methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        deserialize, serialize = codecs.get(
+            method.name, (request.FromString, response.SerializeToString)
+        )
+        make = _HANDLER_MAKERS[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=deserialize,
+            response_serializer=serialize,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+_HANDLER_MAKERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
 
 
 class PortInUseError(RuntimeError):

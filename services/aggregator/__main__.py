@@ -25,6 +25,8 @@ from powertrip.rpc.auth import (
     is_loopback,
     resolve_join_token,
 )
+from powertrip.rpc.chunkwire import AGGREGATOR_SERVER_CODECS
+from powertrip.rpc.server import add_servicer
 from powertrip.service import (
     ServeOptions,
     ServiceSpec,
@@ -35,13 +37,12 @@ from powertrip.service import (
     setup_process,
 )
 from powertrip.sitetokens import load_site_tokens
-from powertrip.v1 import aggregator_pb2_grpc
 from powertrip.workloads import DataError, UnknownWorkload, get_workload
 from services.aggregator.checkpoint_store import CheckpointError
 from services.aggregator.config import AggregatorConfig, all_site_ids, run_spec
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.round_loop import RoundLoop
-from services.aggregator.servicer import SERVICE_NAME, AggregatorServicer
+from services.aggregator.servicer import SERVICE, SERVICE_NAME, AggregatorServicer
 from services.aggregator.state import AggregatorState
 
 SPEC = ServiceSpec("aggregator", 50051, "PowerTrip aggregator: global model and round loop")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     code = serve(
         SPEC,
         options,
-        lambda server: aggregator_pb2_grpc.add_AggregatorServicer_to_server(servicer, server),
+        lambda server: add_servicer(server, SERVICE, servicer, AGGREGATOR_SERVER_CODECS),
         [SERVICE_NAME],
         registry,
         on_started=start_loop,

@@ -16,7 +16,8 @@ from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RegistrationError, tokens_match
 from services.aggregator.uploads import DeltaReceiver
 
-SERVICE_NAME = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"].full_name
+SERVICE = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"]
+SERVICE_NAME = SERVICE.full_name
 MAX_LONG_POLL_S = 30.0
 log = logging.getLogger("aggregator")
 
@@ -113,9 +114,10 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                 f"model version {request.model_version} is not current "
                 f"({self.state.model_version})",
             )
-        for chunk in chunks:
-            self.metrics.transfer.labels("down").inc(len(chunk.data))
-            yield chunk
+        sent = self.metrics.transfer.labels("down")
+        for wire, data_bytes in chunks:  # serialized once per model version (chunkwire)
+            sent.inc(data_bytes)
+            yield wire
 
     def UploadDelta(self, request_iterator, context):
         return self.uploads.upload(request_iterator, context)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from powertrip.rpc.tensors import TensorAssembler, TensorSpec, encode_tensors, layout_of
+from powertrip.rpc.chunkwire import encode_chunks
+from powertrip.rpc.tensors import TensorAssembler, TensorSpec, layout_of
 from powertrip.v1 import aggregator_pb2, common_pb2
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.columns import site_rows
@@ -120,7 +121,7 @@ class AggregatorState:
         self.layout: list[TensorSpec] = []
         self.model_bytes = 0
         self.model_version = 0
-        self._chunks: list[common_pb2.TensorChunk] = []
+        self._chunks: list[tuple[bytes, int]] = []
         self.current: RoundInProgress | None = None
         self.round_no = 0  # the last round installed
         #: sites that missed a round's deadline and have not been heard from since; the
@@ -131,8 +132,9 @@ class AggregatorState:
 
     # ---- model -------------------------------------------------------------------------
     def set_model(self, weights: dict[str, np.ndarray], version: int) -> None:
-        """Install new global weights; chunks are encoded once and shared by all downloads."""
-        chunks = list(encode_tensors(weights))
+        """Install new global weights; chunks are serialized once and sent as they are to
+        every download (`chunkwire`: the data copied once, not once per site)."""
+        chunks = list(encode_chunks(weights))
         with self.lock:
             self.weights = weights
             self.layout = layout_of(weights)
@@ -140,7 +142,8 @@ class AggregatorState:
             self.model_version = version
             self._chunks = chunks
 
-    def model_chunks(self, version: int) -> list[common_pb2.TensorChunk] | None:
+    def model_chunks(self, version: int) -> list[tuple[bytes, int]] | None:
+        """(serialized TensorChunk, its data bytes) of model `version`; None if not current."""
         with self.lock:
             return self._chunks if version == self.model_version else None
 

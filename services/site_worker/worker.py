@@ -26,6 +26,7 @@ import torch
 from powertrip.batched import SiteJob, train_sites
 from powertrip.profiles import site_index
 from powertrip.rpc.channels import deadline_for, open_channel
+from powertrip.rpc.chunkwire import AggregatorStub, encode_chunks
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from powertrip.workloads import get_workload
@@ -47,10 +48,15 @@ STATUS_TIMEOUT_S = 30.0
 
 
 def _delta_messages(
-    header: aggregator_pb2.DeltaHeader, arrays: dict, start: tuple[int, int] | None = None
-) -> Iterator[aggregator_pb2.UploadDeltaRequest]:
+    header: aggregator_pb2.DeltaHeader,
+    arrays: dict,
+    start: tuple[int, int] | None = None,
+    wire_chunks: bool = False,
+) -> Iterator[aggregator_pb2.UploadDeltaRequest | bytes]:
     """The upload stream: the header, then the chunks; from `start` (tensor index, byte
-    offset) on, with the header's `resume` set, when continuing an interrupted upload."""
+    offset) on, with the header's `resume` set, when continuing an interrupted upload.
+    With `wire_chunks` (the stub is `chunkwire.AggregatorStub`) the chunks are serialized
+    here, each tensor's data copied once; else they are messages for a generated stub."""
     if start is not None:
         resumed = aggregator_pb2.DeltaHeader()
         resumed.CopyFrom(header)
@@ -58,7 +64,18 @@ def _delta_messages(
         resumed.resume.tensor_index, resumed.resume.offset = start
         header = resumed
     yield aggregator_pb2.UploadDeltaRequest(header=header)
-    yield from encode_tensors(arrays, into=aggregator_pb2.UploadDeltaRequest, start=start or (0, 0))
+    if wire_chunks:
+        yield from (wire for wire, _ in encode_chunks(arrays, start=start or (0, 0), upload=True))
+    else:
+        yield from encode_tensors(
+            arrays, into=aggregator_pb2.UploadDeltaRequest, start=start or (0, 0)
+        )
+
+
+def _wire_chunks(stub) -> bool:
+    """Whether `stub` takes pre-serialized chunks (`chunkwire.AggregatorStub` does; the
+    generated stub, which tests and other clients use, does not)."""
+    return getattr(stub, "wire_chunks", False)
 
 
 @dataclass
@@ -244,7 +261,10 @@ class SiteWorker:
         while True:
             try:
                 if attempt == 0:
-                    stub.UploadDelta(_delta_messages(header, arrays), timeout=first_deadline)
+                    stub.UploadDelta(
+                        _delta_messages(header, arrays, wire_chunks=_wire_chunks(stub)),
+                        timeout=first_deadline,
+                    )
                 else:
                     self._resume_upload(stub, header, arrays, window_end)
                 break
@@ -288,7 +308,7 @@ class SiteWorker:
                 header.task_id, *start, status.bytes_held,
             )  # fmt: skip
         stub.UploadDelta(
-            _delta_messages(header, arrays, start),
+            _delta_messages(header, arrays, start, wire_chunks=_wire_chunks(stub)),
             timeout=max(0.1, window_end - time.monotonic()),
             wait_for_ready=True,
         )
@@ -299,7 +319,7 @@ class SiteWorker:
             self._channel = channel
             if self._stop:  # stopped before the channel existed
                 return 0
-            stub = aggregator_pb2_grpc.AggregatorStub(channel)
+            stub = AggregatorStub(channel)
             reply = self.register(stub)
             self.site_ids = list(reply.site_ids)
             self.load_data(reply.spec)
