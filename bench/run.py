@@ -18,7 +18,8 @@ both alike; the ratio is the median of the pairwise ratios:
 * scale_overhead_ms (bench/scale.py): a real round's time outside training (profiles,
   selection, dispatch, aggregation, records) at 100 to 100,000 sites, its growth between
   sizes, and the aggregator's RSS per site.
-* bare_grpc_MBps (no target): the same bytes through gRPC alone, Python gRPC's own ceiling.
+* bare_grpc_MBps (no target): the same bytes through gRPC alone, Python gRPC's own ceiling;
+  transfer_{down,up}_vs_bare_grpc: each direction of the service path against it.
 * gpu_site_steps_per_s (where torch sees a CUDA GPU): 100 FEMNIST sites in one vmap call
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
 * demo_wall_s (only with --demo: it takes minutes): the default `make demo` comparison.

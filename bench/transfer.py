@@ -12,11 +12,38 @@ import socket
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import WORKLOAD, femnist_sites, median_ratio
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One model down and one delta up: bytes and seconds of each."""
+
+    down_bytes: int
+    down_s: float
+    up_bytes: int
+    up_s: float
+
+    @property
+    def total_bytes(self) -> int:
+        return self.down_bytes + self.up_bytes
+
+    @property
+    def MBps(self) -> float:  # noqa: N802 - the unit's spelling
+        return self.total_bytes / (self.down_s + self.up_s) / 1e6
+
+    @property
+    def down_MBps(self) -> float:  # noqa: N802
+        return self.down_bytes / self.down_s / 1e6
+
+    @property
+    def up_MBps(self) -> float:  # noqa: N802
+        return self.up_bytes / self.up_s / 1e6
 
 
 def raw_tcp_MBps(payload: bytes) -> float:
@@ -102,14 +129,15 @@ class BareGrpc:
         self.down = self.channel.unary_stream("/bench.Bytes/Down")
         return self
 
-    def MBps(self, payload: bytes) -> float:
+    def once(self, payload: bytes) -> Moved:
         """Half the payload down, the other half up, as the service path moves a model down
         and a delta up."""
         half = len(payload) // 2
         start = time.perf_counter()
         received = sum(len(m) for m in self.down(half.to_bytes(8, "little")))
+        middle = time.perf_counter()
         self.up(payload[o : o + (1 << 20)] for o in range(half, len(payload), 1 << 20))
-        return (received + len(payload) - half) / (time.perf_counter() - start) / 1e6
+        return Moved(received, middle - start, len(payload) - half, time.perf_counter() - middle)
 
     def __exit__(self, *exc) -> None:
         self.channel.close()
@@ -187,15 +215,15 @@ class TransferBench:
             if polled.tasks:
                 return polled.tasks[0]
 
-    def once(self) -> tuple[int, float]:
-        """(bytes moved, seconds) for one download + one upload."""
+    def once(self) -> Moved:
+        """One download and one upload."""
         task = self.next_task()
         start = time.perf_counter()
         weights = self.worker.download(self.stub, self.session, task.model_version)
+        middle = time.perf_counter()
         self.worker.upload(self.stub, self.session, task, self.result, 0.0)
-        elapsed = time.perf_counter() - start
-        nbytes = 2 * sum(a.nbytes for a in weights.values())
-        return nbytes, elapsed
+        nbytes = sum(a.nbytes for a in weights.values())
+        return Moved(nbytes, middle - start, nbytes, time.perf_counter() - middle)
 
     def __exit__(self, *exc) -> None:
         self.channel.__exit__(None, None, None)
@@ -204,22 +232,30 @@ class TransferBench:
 
 
 def measure(args: argparse.Namespace, work: Path, results: dict) -> dict:
-    """Service path, raw TCP and bare gRPC interleaved, after one warm-up round."""
+    """Service path, raw TCP and bare gRPC interleaved, after one warm-up round; each
+    direction on its own too (the upload includes the aggregator adding the delta to the
+    round's sum before it answers)."""
     out: dict = {}
     print("transfer: service path vs raw TCP ...", flush=True)
     service, raw, bare = [], [], []
     with TransferBench(work) as bench, BareGrpc() as bare_grpc:
         bench.once()  # warm-up
         for _ in range(max(3, args.repeat * 2)):
-            nbytes, seconds = bench.once()
-            service.append(nbytes / seconds / 1e6)
-            payload = np.random.default_rng(0).bytes(nbytes)
+            moved = bench.once()
+            service.append(moved)
+            payload = np.random.default_rng(0).bytes(moved.total_bytes)
             raw.append(raw_tcp_MBps(payload))
-            bare.append(bare_grpc.MBps(payload))
-    out["transfer_bytes"] = nbytes
-    out["transfer_MBps"] = statistics.median(service)
+            bare.append(bare_grpc.once(payload))
+    out["transfer_bytes"] = service[-1].total_bytes
+    out["transfer_MBps"] = statistics.median(m.MBps for m in service)
     out["raw_tcp_MBps"] = statistics.median(raw)
-    out["transfer_vs_tcp"] = median_ratio(service, raw)
-    out["bare_grpc_MBps"] = statistics.median(bare)
-    out["bare_grpc_vs_tcp"] = median_ratio(bare, raw)
+    out["transfer_vs_tcp"] = median_ratio([m.MBps for m in service], raw)
+    out["bare_grpc_MBps"] = statistics.median(m.MBps for m in bare)
+    out["bare_grpc_vs_tcp"] = median_ratio([m.MBps for m in bare], raw)
+    for way in ("down", "up"):
+        rate = [getattr(m, f"{way}_MBps") for m in service]
+        bare_rate = [getattr(m, f"{way}_MBps") for m in bare]
+        out[f"transfer_{way}_MBps"] = statistics.median(rate)
+        out[f"bare_grpc_{way}_MBps"] = statistics.median(bare_rate)
+        out[f"transfer_{way}_vs_bare_grpc"] = median_ratio(rate, bare_rate)
     return out
