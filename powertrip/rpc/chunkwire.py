@@ -35,6 +35,8 @@ from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, common_pb2
 _DATA_FIELD = 5
 _UPLOAD_CHUNK_FIELD = 2
 _LEN = 2
+#: a TensorChunk written by protobuf has at most 9 top-level fields (`shape` is packed)
+_MAX_CHUNK_FIELDS = 16
 
 
 class _Irregular(Exception):
@@ -73,11 +75,14 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     raise _Irregular
 
 
-def _fields(buf: memoryview) -> list[_Field]:
+def _fields(buf: memoryview, limit: int) -> list[_Field]:
     """The message's top-level fields in order; _Irregular on anything but well-formed
-    varint, 64-bit, length-delimited and 32-bit fields."""
+    varint, 64-bit, length-delimited and 32-bit fields, or on more than `limit` of them (a
+    peer's megabyte of one-byte fields costs protobuf's C parser, not a Python loop)."""
     fields, pos = [], 0
     while pos < len(buf):
+        if len(fields) == limit:
+            raise _Irregular
         key, value_start = _read_varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
@@ -130,7 +135,7 @@ class UploadChunkView:
 
 
 def _chunk_view(view: memoryview) -> ChunkView:
-    fields = _fields(view)
+    fields = _fields(view, _MAX_CHUNK_FIELDS)
     data = [f for f in fields if f.number == _DATA_FIELD]
     if not data:  # proto3 leaves an empty `data` out
         return ChunkView(common_pb2.TensorChunk.FromString(bytes(view)), memoryview(b""))
@@ -154,7 +159,7 @@ def parse_upload_request(buf: bytes) -> aggregator_pb2.UploadDeltaRequest | Uplo
     parsed by protobuf."""
     view = memoryview(buf)
     try:
-        fields = _fields(view)
+        fields = _fields(view, 1)
         if len(fields) == 1 and fields[0][:2] == (_UPLOAD_CHUNK_FIELD, _LEN):
             field = fields[0]
             return UploadChunkView(_chunk_view(view[field.value_start : field.end]), len(buf))

@@ -97,6 +97,21 @@ def test_a_header_and_irregular_messages_get_protobufs_own_parse(arrays):
     assert parse_upload_request(unknown) == aggregator_pb2.UploadDeltaRequest.FromString(unknown)
 
 
+def test_a_message_of_many_tiny_fields_goes_to_protobuf_not_a_python_loop(arrays):
+    """A peer's megabyte of one-byte unknown fields: protobuf's C parser reads it."""
+    chunk = next(encode_tensors(arrays)).SerializeToString()
+    flood = chunk + b"\x98\x06\x01" * 100_000  # field 99 (unknown), 100,000 times
+    parsed = parse_chunk(flood)
+    assert not isinstance(parsed, ChunkView)
+    assert parsed == common_pb2.TensorChunk.FromString(flood)
+    request = aggregator_pb2.UploadDeltaRequest.FromString(chunk_request(parsed))
+    assert parse_upload_request(request.SerializeToString() + b"\x98\x06\x01" * 10) == (
+        aggregator_pb2.UploadDeltaRequest.FromString(
+            request.SerializeToString() + b"\x98\x06\x01" * 10
+        )
+    )
+
+
 def chunk_request(chunk: common_pb2.TensorChunk) -> bytes:
     return aggregator_pb2.UploadDeltaRequest(chunk=chunk).SerializeToString()
 
