@@ -79,9 +79,8 @@ def chunk_pieces(
             continue
         raw = _little_endian_bytes(array)
         shape = [int(d) for d in array.shape]
-        dtype = (
-            array.dtype.name
-        )  # "int32" for a big-endian ">i4" too: the bytes are made little-endian
+        # "int32" for a big-endian ">i4" too: its bytes were made little-endian above
+        dtype = array.dtype.name
         begin = skip if index == first else 0
         for offset in range(begin, max(len(raw), 1), chunk_bytes):
             data = raw[offset : offset + chunk_bytes]
