@@ -64,6 +64,10 @@ def _tag(number: int, wire_type: int) -> bytes:
     return _varint((number << 3) | wire_type)
 
 
+_DATA_TAG = _tag(_DATA_FIELD, _LEN)
+_UPLOAD_CHUNK_TAG = _tag(_UPLOAD_CHUNK_FIELD, _LEN)
+
+
 def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     for i in range(pos, min(pos + 10, len(buf))):
@@ -159,22 +163,21 @@ def parse_upload_request(buf: bytes) -> aggregator_pb2.UploadDeltaRequest | Uplo
     parsed by protobuf."""
     view = memoryview(buf)
     try:
-        fields = _fields(view, 1)
-        if len(fields) == 1 and fields[0][:2] == (_UPLOAD_CHUNK_FIELD, _LEN):
-            field = fields[0]
+        fields = _fields(view, 1)  # at most one: a chunk, alone
+        field = fields[0] if fields else None
+        if field is not None and field.number == _UPLOAD_CHUNK_FIELD and field.wire_type == _LEN:
             return UploadChunkView(_chunk_view(view[field.value_start : field.end]), len(buf))
     except _Irregular:
         pass
     return aggregator_pb2.UploadDeltaRequest.FromString(buf)
 
 
-def _chunk_bytes(meta: common_pb2.TensorChunk, data: memoryview, outer_field: int | None):
-    head = meta.SerializeToString()
-    inner = (head, _tag(_DATA_FIELD, _LEN), _varint(len(data)))
-    if outer_field is None:
+def _chunk_bytes(meta: common_pb2.TensorChunk, data: memoryview, upload: bool) -> bytes:
+    inner = (meta.SerializeToString(), _DATA_TAG, _varint(len(data)))
+    if not upload:
         return b"".join((*inner, data))
     size = sum(len(p) for p in inner) + len(data)
-    return b"".join((_tag(outer_field, _LEN), _varint(size), *inner, data))
+    return b"".join((_UPLOAD_CHUNK_TAG, _varint(size), *inner, data))
 
 
 def encode_chunks(
@@ -186,9 +189,8 @@ def encode_chunks(
     """(serialized message, its data bytes) for the same chunks as `tensors.encode_tensors`:
     TensorChunk messages, or UploadDeltaRequest{chunk} ones with `upload`; each tensor's data
     copied once."""
-    outer = _UPLOAD_CHUNK_FIELD if upload else None
     for meta, data in chunk_pieces(arrays, chunk_bytes, start):
-        yield _chunk_bytes(meta, data, outer), len(data)
+        yield _chunk_bytes(meta, data, upload), len(data)
 
 
 def serialize(message: Message | bytes) -> bytes:
