@@ -3,7 +3,8 @@
 `StreamingFedAvg` accumulates deltas as they arrive so the aggregator holds O(model)
 memory instead of O(sites x model). To stay bit-for-bit deterministic whatever order
 uploads arrive in, it adds deltas in a fixed order (the dispatch order) and parks only the
-ones that arrive early.
+ones that arrive early, and it folds up to `FOLD` consecutive deltas in one pass over the
+accumulator, so the float64 sum is read and written once per group, not once per delta.
 """
 
 from __future__ import annotations
@@ -51,29 +52,49 @@ def apply_delta(
 _BLOCK = 32_704
 
 
-def _accumulate(
-    acc: np.ndarray, delta: np.ndarray, weight: float, pool: Executor | None = None, parts: int = 1
-) -> None:
-    """acc += float64(delta) * weight, a cache-sized block at a time, in `parts` threads.
+# Deltas folded into the float64 accumulator per pass (bench/RESULTS.md, "FedAvg, folded"):
+# one delta at a time moves 20 bytes per element (the float32 delta in, the float64 sum in
+# and out); four at a time, 8. The price is memory: up to FOLD - 1 in-order deltas wait for
+# the rest of their group (or for result()), so the sum holds at most FOLD - 1 deltas more
+# than the reorder buffer alone: O(model) still.
+FOLD = 4
 
-    One mixed-dtype `add_(alpha=)` per block: torch widens each float32 element exactly and
-    adds w x it to the float64 accumulator in one pass, with no float64 copy of the delta,
-    so the aggregator's memory stays ~1x the accumulator. Element-wise, so the result does
-    not depend on the block size or on how the blocks are shared out.
+
+def _accumulate(
+    acc: np.ndarray,
+    deltas: Sequence[tuple[np.ndarray, float]],
+    pool: Executor | None = None,
+    parts: int = 1,
+) -> None:
+    """acc += float64(delta) * weight for each (delta, weight) in order, a block at a time.
+
+    Per block, the deltas are added one after the other while the block sits in cache, so
+    each element sees exactly the sequence of float64 `acc + w * delta` of one delta at a
+    time, whole tensor after whole tensor: the result does not depend on how many are
+    folded together, on the block size or on how the blocks are shared out. One
+    mixed-dtype `add_(alpha=)` per block and delta: torch widens each float32 element
+    exactly, with no float64 copy of the delta.
 
     Parallel with Python threads, not OpenMP: the calling thread takes the first share of
     the blocks and `pool` the others (torch releases the GIL in each add), one wait per
     tensor instead of one barrier per block. Figures in bench/RESULTS.md.
     """
     acc_blocks = torch.from_numpy(acc.reshape(-1)).split(_BLOCK)
-    delta_blocks = torch.from_numpy(np.ascontiguousarray(delta).reshape(-1)).split(_BLOCK)
-    w = float(weight)
+    terms = [
+        (torch.from_numpy(np.ascontiguousarray(delta).reshape(-1)).split(_BLOCK), float(w))
+        for delta, w in deltas
+    ]
+    for delta, _w in deltas:
+        if np.size(delta) != acc.size:  # before any block is added: the sum stays whole
+            raise ValueError(
+                f"a delta of {np.size(delta)} elements cannot be added to a sum of {acc.size}"
+            )
 
     def add(first: int, last: int) -> None:
-        for acc_block, delta_block in zip(
-            acc_blocks[first:last], delta_blocks[first:last], strict=True
-        ):
-            acc_block.add_(delta_block, alpha=w)
+        for i in range(first, last):
+            acc_block = acc_blocks[i]
+            for delta_blocks, w in terms:
+                acc_block.add_(delta_blocks[i], alpha=w)
 
     parts = max(1, min(parts, len(acc_blocks) // 2)) if pool is not None else 1
     bounds = [len(acc_blocks) * i // parts for i in range(parts + 1)]
@@ -93,10 +114,15 @@ class StreamingFedAvg:
         order: Sequence[str],
         template: Mapping[str, np.ndarray],
         threads: int | None = None,
+        fold: int = FOLD,
     ):
         """threads: how many threads add a delta (default: the process's torch thread
-        count, which the aggregator sets to the cores it evaluates on)."""
+        count, which the aggregator sets to the cores it evaluates on); fold: how many
+        consecutive deltas one pass over the sum adds (1 adds each as it comes)."""
+        if fold < 1:
+            raise ValueError(f"fold must be >= 1, got {fold}")
         self.order = list(order)
+        self._fold = fold
         self._threads = threads if threads is not None else torch.get_num_threads()
         # helpers for the share of each large tensor the caller does not add itself; their
         # threads end with this accumulator (shutdown in result(), or when it is collected)
@@ -119,6 +145,14 @@ class StreamingFedAvg:
             raise KeyError(f"{site} is not part of this round")
         if weight <= 0:
             raise ValueError("weight must be > 0")
+        # checked before parking: a delta that cannot be added must not take the good
+        # deltas folded in the same pass down with it
+        for key, (shape, _dtype) in self._template.items():
+            if key not in delta or np.shape(delta[key]) != shape:
+                raise ValueError(
+                    f"{site}'s delta has no {key} of shape {shape}"
+                    + (f" (got {np.shape(delta[key])})" if key in delta else "")
+                )
         self._parked[self._position[site]] = (delta, float(weight))
         self._drain()
 
@@ -128,16 +162,32 @@ class StreamingFedAvg:
         self._drain()
 
     def _drain(self) -> None:
+        """Fold the parked deltas next in the order, `fold` at a time.
+
+        A shorter group waits for the rest unless nothing after it is still expected (every
+        later site added or skipped), which result() then needs anyway.
+        """
         while self._next < len(self.order):
-            if self._next in self._parked:
-                delta, weight = self._parked.pop(self._next)
-                for key, acc in self._acc.items():
-                    _accumulate(acc, delta[key], weight, self._pool, self._threads)
-                self._weight += weight
-                self.contributors.append(self.order[self._next])
-            elif self._next not in self._skipped:
+            group: list[int] = []
+            position = self._next
+            while position < len(self.order) and len(group) < self._fold:
+                if position in self._parked:
+                    group.append(position)
+                elif position not in self._skipped:
+                    break  # a site still expected: later deltas must wait for it
+                position += 1
+            if len(group) < self._fold and position < len(self.order):
                 return
-            self._next += 1
+            if not group:  # every site left was skipped
+                self._next = position
+                continue
+            terms = [self._parked.pop(i) for i in group]
+            for key, acc in self._acc.items():
+                _accumulate(acc, [(delta[key], w) for delta, w in terms], self._pool, self._threads)
+            for i, (_delta, weight) in zip(group, terms, strict=True):
+                self._weight += weight
+                self.contributors.append(self.order[i])
+            self._next = position
 
     @property
     def parked(self) -> int:
@@ -146,7 +196,12 @@ class StreamingFedAvg:
     def result(self) -> dict[str, np.ndarray]:
         """Weighted mean of the contributed deltas (all expected sites added or skipped)."""
         if self._next < len(self.order):
-            raise RuntimeError(f"still waiting for {self.order[self._next]}")
+            waiting = next(
+                site
+                for i, site in enumerate(self.order[self._next :], self._next)
+                if i not in self._parked and i not in self._skipped
+            )
+            raise RuntimeError(f"still waiting for {waiting}")
         if self._weight <= 0:
             raise RuntimeError("no site contributed to this round")
         if self._pool is not None:

@@ -65,6 +65,64 @@ def test_streaming_refuses_unknown_sites_and_early_results():
         acc.result()
 
 
+@pytest.mark.parametrize("fold", [1, 2, 3, 4, 7])
+def test_folding_deltas_together_changes_no_bit(fold):
+    """Adding `fold` consecutive deltas in one pass over the sum must give exactly the bits
+    of adding them one at a time, with sites skipped anywhere and any arrival order."""
+    rng = np.random.default_rng(11)
+    template = {"w": np.zeros((300, 250), np.float32), "b": np.zeros(9, np.float32)}
+    sites = [f"s{i}" for i in range(11)]
+    deltas = {
+        s: {k: rng.normal(size=v.shape).astype(np.float32) for k, v in template.items()}
+        for s in sites
+    }
+    skipped = {"s2", "s7", "s10"}
+    arrival = list(rng.permutation(sites))
+    results = {}
+    for f in (1, fold):
+        acc = StreamingFedAvg(sites, template, threads=2, fold=f)
+        for site in arrival:
+            if site in skipped:
+                acc.skip(site)
+            else:
+                acc.add(site, deltas[site], 7.0 + len(site))
+        results[f] = (acc.result(), acc.contributors)
+    (one, one_order), (many, many_order) = results[1], results[fold]
+    assert one_order == many_order == [s for s in sites if s not in skipped]
+    for key in template:
+        assert np.array_equal(one[key], many[key])
+
+
+def test_a_short_group_waits_for_the_rest_or_for_the_end():
+    template = _delta(0.0)
+    sites = ["a", "b", "c", "d", "e", "f"]
+    acc = StreamingFedAvg(sites, template, fold=4)
+    for site in ("a", "b", "c"):
+        acc.add(site, _delta(1.0), 1)
+    assert acc.parked == 3 and acc.contributors == []  # a group of 4 not complete yet
+    acc.add("d", _delta(1.0), 1)
+    assert acc.parked == 0 and acc.contributors == ["a", "b", "c", "d"]
+    acc.add("f", _delta(4.0), 1)
+    assert acc.parked == 1  # e is still expected
+    acc.skip("e")  # nothing left to wait for: the short group is folded
+    assert acc.parked == 0 and acc.contributors == ["a", "b", "c", "d", "f"]
+    np.testing.assert_allclose(acc.result()["w"], 8.0 / 5)
+
+
+def test_a_malformed_delta_is_refused_and_the_parked_ones_survive():
+    acc = StreamingFedAvg(["a", "b", "c"], _delta(0.0), fold=4)
+    acc.add("a", _delta(1.0), 1)
+    with pytest.raises(ValueError, match="b's delta has no w of shape"):
+        acc.add("b", _delta(1.0, shape=(3, 2)), 1)
+    with pytest.raises(ValueError, match="has no b"):
+        acc.add("b", {"w": np.zeros((2, 3), np.float32)}, 1)
+    acc.add("b", _delta(3.0), 1)
+    acc.add("c", _delta(5.0), 2)
+    np.testing.assert_allclose(acc.result()["w"], (1 + 3 + 10) / 4)
+    with pytest.raises(ValueError, match="fold"):
+        StreamingFedAvg(["a"], _delta(0.0), fold=0)
+
+
 def test_apply_delta_adds_in_the_weights_dtype():
     w = {"w": np.ones((2, 3), dtype=np.float32), "b": np.zeros(3, dtype=np.float32)}
     new = apply_delta(w, _delta(0.5))
@@ -95,8 +153,14 @@ def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads
             start = rng.normal(size=n)
             mine, whole = start.copy(), torch.from_numpy(start.copy())
             for w in (3.0, 0.1234567, 17.0):
-                _accumulate(mine, delta, w, pool, parts)
+                _accumulate(mine, [(delta, w)], pool, parts)
                 whole.add_(torch.from_numpy(delta).double(), alpha=w)
+            assert np.array_equal(mine, whole.numpy()), n
+            # several deltas in one pass: still each one's whole-tensor add, in order
+            others = [(rng.normal(size=n).astype(np.float32), w) for w in (5.0, 0.37, 2.0)]
+            _accumulate(mine, others, pool, parts)
+            for other, w in others:
+                whole.add_(torch.from_numpy(other).double(), alpha=w)
             assert np.array_equal(mine, whole.numpy()), n
     finally:
         torch.set_num_threads(previous)
@@ -104,16 +168,31 @@ def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads
 
 
 def test_a_failure_in_a_helper_thread_reaches_the_caller():
-    """A block that cannot be added (here: the delta is shorter than the accumulator) must
-    raise in the caller, not die silently in a helper thread and leave a wrong sum
-    unannounced (the aggregator checks every delta's layout before it gets here)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """A share that fails in a helper thread must raise in the caller, not die silently
+    and leave a wrong sum unannounced."""
+    from concurrent.futures import Executor, Future
 
     from powertrip.fedavg import _BLOCK, _accumulate
 
+    class FailingPool(Executor):
+        def submit(self, fn, /, *args, **kwargs):
+            failed: Future = Future()
+            failed.set_exception(MemoryError("helper ran out"))
+            return failed
+
     acc = np.zeros(4 * _BLOCK)
-    with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError):
-        _accumulate(acc, np.ones(3 * _BLOCK, np.float32), 1.0, pool, parts=2)
+    with pytest.raises(MemoryError, match="helper ran out"):
+        _accumulate(acc, [(np.ones(4 * _BLOCK, np.float32), 1.0)], FailingPool(), parts=2)
+
+
+def test_a_delta_of_the_wrong_size_is_refused_before_anything_is_added():
+    from powertrip.fedavg import _BLOCK, _accumulate
+
+    acc = np.zeros(4 * _BLOCK)
+    good, short = np.ones(4 * _BLOCK, np.float32), np.ones(3 * _BLOCK, np.float32)
+    with pytest.raises(ValueError, match="cannot be added"):
+        _accumulate(acc, [(good, 1.0), (short, 1.0)])
+    assert not acc.any()  # the good delta was not half-added either
 
 
 def test_the_streaming_sum_does_not_depend_on_its_threads():
