@@ -139,6 +139,7 @@ class StreamingFedAvg:
         self._parked: dict[int, tuple[Mapping[str, np.ndarray], float]] = {}
         self._skipped: set[int] = set()
         self.contributors: list[str] = []
+        self._mean: dict[str, np.ndarray] | None = None  # result(), once computed
 
     def add(self, site: str, delta: Mapping[str, np.ndarray], weight: float) -> None:
         if site not in self._position:
@@ -206,6 +207,9 @@ class StreamingFedAvg:
             raise RuntimeError("no site contributed to this round")
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        return {
-            k: (acc / self._weight).astype(self._template[k][1]) for k, acc in self._acc.items()
-        }
+        if self._mean is None:
+            # divided in place: no second float64 copy of the model at the round's peak
+            for acc in self._acc.values():
+                np.divide(acc, self._weight, out=acc)
+            self._mean = {k: acc.astype(self._template[k][1]) for k, acc in self._acc.items()}
+        return self._mean
