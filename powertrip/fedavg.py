@@ -52,7 +52,7 @@ def apply_delta(
 _BLOCK = 32_704
 
 
-# Deltas folded into the float64 accumulator per pass (bench/RESULTS.md, "FedAvg, folded"):
+# Deltas folded into the float64 accumulator per pass (bench/RESULTS.md, round four):
 # one delta at a time moves 20 bytes per element (the float32 delta in, the float64 sum in
 # and out); four at a time, 8. The price is memory: up to FOLD - 1 in-order deltas wait for
 # the rest of their group (or for result()), so the sum holds at most FOLD - 1 deltas more
@@ -79,16 +79,16 @@ def _accumulate(
     the blocks and `pool` the others (torch releases the GIL in each add), one wait per
     tensor instead of one barrier per block. Figures in bench/RESULTS.md.
     """
-    acc_blocks = torch.from_numpy(acc.reshape(-1)).split(_BLOCK)
-    terms = [
-        (torch.from_numpy(np.ascontiguousarray(delta).reshape(-1)).split(_BLOCK), float(w))
-        for delta, w in deltas
-    ]
     for delta, _w in deltas:
         if np.size(delta) != acc.size:  # before any block is added: the sum stays whole
             raise ValueError(
                 f"a delta of {np.size(delta)} elements cannot be added to a sum of {acc.size}"
             )
+    acc_blocks = torch.from_numpy(acc.reshape(-1)).split(_BLOCK)
+    terms = [
+        (torch.from_numpy(np.ascontiguousarray(delta).reshape(-1)).split(_BLOCK), float(w))
+        for delta, w in deltas
+    ]
 
     def add(first: int, last: int) -> None:
         for i in range(first, last):
