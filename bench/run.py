@@ -20,6 +20,9 @@ both alike; the ratio is the median of the pairwise ratios:
   sizes, and the aggregator's RSS per site.
 * bare_grpc_MBps (no target): the same bytes through gRPC alone, Python gRPC's own ceiling;
   transfer_{down,up}_vs_bare_grpc: each direction of the service path against it.
+  checked_tcp_vs_tcp (no target): raw TCP between two processes doing only the per-byte work
+  the contract requires (CRC-32C both ends, finite check, FedAvg add), the ceiling of any
+  transport that keeps it; transfer_vs_checked_tcp: the service path against that ceiling.
 * gpu_site_steps_per_s (where torch sees a CUDA GPU): 100 FEMNIST sites in one vmap call
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
 * demo_wall_s (only with --demo: it takes minutes): the default `make demo` comparison.

@@ -2,7 +2,9 @@
 
 The service path is the site worker's own download/upload code against a real aggregator
 (and its profiler and policy) on loopback; the reference is a plain socket moving the same
-bytes.  bare_grpc_MBps (no target) moves them through gRPC alone, Python gRPC's ceiling.
+bytes.  bare_grpc_MBps (no target) moves them through gRPC alone, Python gRPC's ceiling;
+checked_tcp_MBps (no target) moves them over a plain socket between two processes that do
+only the per-byte work the contract requires, the ceiling of any transport that keeps it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,101 @@ def raw_tcp_MBps(payload: bytes) -> float:
     client.close()
     server.close()
     return len(payload) / elapsed / 1e6
+
+
+def _views(arrays: dict[str, np.ndarray], chunk_bytes: int):
+    """Every tensor's bytes as chunk-sized views, in order, without a copy."""
+    for array in arrays.values():
+        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        for offset in range(0, len(raw), chunk_bytes):
+            yield raw[offset : offset + chunk_bytes]
+
+
+def _checked_sink(layout, ports, quit_) -> None:
+    """CheckedTcp's receiving process: each transfer is a model (received as a site worker
+    does: CRC-32C per chunk, the finite check per tensor) and then a delta (as the
+    aggregator does: the same checks and the float64 FedAvg add), each straight into its
+    tensor's memory; one byte back when both are in."""
+    from powertrip.fedavg import StreamingFedAvg
+    from powertrip.heap import keep_buffers_on_heap
+    from powertrip.rpc.tensors import CHUNK_BYTES, crc32c_of
+
+    keep_buffers_on_heap()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    ports.put(server.getsockname()[1])
+    conn, _ = server.accept()
+    template = {name: np.zeros(shape, dtype) for name, shape, dtype in layout}
+    while not quit_.is_set():
+        for direction in ("down", "up"):
+            arrays = {name: np.empty_like(a) for name, a in template.items()}
+            for array in arrays.values():
+                raw = memoryview(array.reshape(-1).view(np.uint8))
+                for offset in range(0, len(raw), CHUNK_BYTES):
+                    chunk = raw[offset : offset + CHUNK_BYTES]
+                    got = 0
+                    while got < len(chunk):
+                        n = conn.recv_into(chunk[got:])
+                        if not n:
+                            return  # the bench closed the connection
+                        got += n
+                    crc32c_of(chunk)
+                if not np.isfinite(array).all():
+                    raise ValueError("non-finite bytes in the bench's payload")
+            if direction == "up":
+                fedavg = StreamingFedAvg(["bench"], template)
+                fedavg.add("bench", arrays, 1.0)
+                fedavg.result()
+        conn.sendall(b"k")
+
+
+class CheckedTcp:
+    """The ceiling of any transport that keeps this contract's checks: raw TCP between two
+    processes carrying the model down and a delta up, with only the per-byte work the
+    service path cannot skip. The sender computes each upload chunk's CRC-32C (the
+    aggregator's download chunks are made once per model version, so their CRCs are not
+    charged); the receiver checks every chunk's CRC-32C and every tensor's finiteness and
+    adds the delta into a float64 FedAvg sum, with the data received straight into the
+    tensors (no framing, no copy). No gRPC, no protobuf, no authentication."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+
+    def __enter__(self) -> CheckedTcp:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        ports, self.quit = context.Queue(), context.Event()
+        layout = [(name, a.shape, a.dtype.str) for name, a in self.arrays.items()]
+        self.process = context.Process(target=_checked_sink, args=(layout, ports, self.quit))
+        self.process.start()
+        self.sock = socket.create_connection(("127.0.0.1", ports.get(timeout=60)))
+        return self
+
+    def once(self) -> Moved:
+        from powertrip.rpc.tensors import CHUNK_BYTES, crc32c_of
+
+        nbytes = sum(a.nbytes for a in self.arrays.values())
+        try:
+            start = time.perf_counter()
+            for chunk in _views(self.arrays, CHUNK_BYTES):
+                self.sock.sendall(chunk)
+            middle = time.perf_counter()  # sent, not yet received: only the total is exact
+            for chunk in _views(self.arrays, CHUNK_BYTES):
+                crc32c_of(chunk)
+                self.sock.sendall(chunk)
+            acked = self.sock.recv(1) == b"k"
+        except OSError as exc:
+            raise RuntimeError(f"the checked TCP sink stopped ({exc})") from exc
+        if not acked:
+            raise RuntimeError("the checked TCP sink stopped (its error is on stderr)")
+        return Moved(nbytes, middle - start, nbytes, time.perf_counter() - middle)
+
+    def __exit__(self, *exc) -> None:
+        self.quit.set()
+        self.sock.close()
+        self.process.join(timeout=10)
 
 
 def _bare_grpc_server(ports, stop) -> None:
@@ -232,26 +329,34 @@ class TransferBench:
 
 
 def measure(args: argparse.Namespace, work: Path, results: dict) -> dict:
-    """Service path, raw TCP and bare gRPC interleaved, after one warm-up round; each
-    direction on its own too (the upload includes the aggregator adding the delta to the
-    round's sum before it answers)."""
+    """Service path, raw TCP, bare gRPC and checked TCP interleaved, after one warm-up
+    round; each direction on its own too (the upload includes the aggregator adding the
+    delta to the round's sum before it answers). checked_tcp_vs_tcp is the most any
+    transport keeping the checks could reach here: the ceiling a bulk channel beside gRPC
+    would have."""
     out: dict = {}
     print("transfer: service path vs raw TCP ...", flush=True)
-    service, raw, bare = [], [], []
-    with TransferBench(work) as bench, BareGrpc() as bare_grpc:
-        bench.once()  # warm-up
+    service, raw, bare, checked = [], [], [], []
+    arrays = {k: v.numpy() for k, v in TransferBench.model_state().items()}
+    with TransferBench(work) as bench, BareGrpc() as bare_grpc, CheckedTcp(arrays) as ceiling:
+        bench.once()  # warm-ups
+        ceiling.once()
         for _ in range(max(3, args.repeat * 2)):
             moved = bench.once()
             service.append(moved)
             payload = np.random.default_rng(0).bytes(moved.total_bytes)
             raw.append(raw_tcp_MBps(payload))
             bare.append(bare_grpc.once(payload))
+            checked.append(ceiling.once().MBps)
     out["transfer_bytes"] = service[-1].total_bytes
     out["transfer_MBps"] = statistics.median(m.MBps for m in service)
     out["raw_tcp_MBps"] = statistics.median(raw)
     out["transfer_vs_tcp"] = median_ratio([m.MBps for m in service], raw)
     out["bare_grpc_MBps"] = statistics.median(m.MBps for m in bare)
     out["bare_grpc_vs_tcp"] = median_ratio([m.MBps for m in bare], raw)
+    out["checked_tcp_MBps"] = statistics.median(checked)
+    out["checked_tcp_vs_tcp"] = median_ratio(checked, raw)
+    out["transfer_vs_checked_tcp"] = median_ratio([m.MBps for m in service], checked)
     for way in ("down", "up"):
         rate = [getattr(m, f"{way}_MBps") for m in service]
         bare_rate = [getattr(m, f"{way}_MBps") for m in bare]
