@@ -122,10 +122,12 @@ def train_sites(
     site_batch: int = 1,
     channels_last: bool = False,
     optimizer: str = "sgd",
+    fused_sgd: bool = False,
 ) -> list[LocalResult]:
     """Train every job from the model's current weights: `trainer` "loop" (one site after
     another, `train_local`) or "vmap" (`site_batch` sites per call, loop where vmap can't:
-    models without vmap rules, and optimisers other than SGD, which the vmap path hand-codes)."""
+    models without vmap rules, and optimisers other than SGD, which the vmap path hand-codes).
+    `channels_last` and `fused_sgd` apply to the loop (see `train_local`)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {list(TRAINERS)}, got {trainer!r}")
     if site_batch < 1:
@@ -163,6 +165,7 @@ def train_sites(
                 seed=job.seed,
                 channels_last=channels_last,
                 optimizer=optimizer,
+                fused_sgd=fused_sgd,
             )
         )
     return results

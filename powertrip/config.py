@@ -50,7 +50,7 @@ RUN_LIMITS = frozenset({"max_rounds", "max_sim_hours"})
 
 #: settings added after runs were stored, with their defaults: a stored configuration without
 #: one ran as its default says, so finished runs (results/reproduce/) stay finished
-LATER_SETTINGS: dict[str, Any] = dict(footprint.SETTINGS)
+LATER_SETTINGS: dict[str, Any] = {**footprint.SETTINGS, "fused_sgd": False}
 _ABSENT = object()
 
 
@@ -118,6 +118,10 @@ class RunConfig:
     trainer: str = "loop"
     site_batch: int = 1
     channels_last: bool = True  # NHWC convolutions in the loop trainer (faster on CPU)
+    #: plain SGD applied inside each linear layer's weight-gradient product (loop trainer,
+    #: SGD workloads; powertrip/fused_sgd.py): less memory traffic, the same math up to
+    #: float rounding, so an experiment setting; runs stored before it existed ran without
+    fused_sgd: bool = True
     round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
     data_dir: str | None = None
     shadow: bool = True

@@ -141,6 +141,7 @@ def run_once(
                         "--site-batch",
                         str(config.site_batch),
                         "--channels-last" if config.channels_last else "--no-channels-last",
+                        "--fused-sgd" if config.fused_sgd else "--no-fused-sgd",
                     ],
                     log_dir,
                     wait_serving=False,

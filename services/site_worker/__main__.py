@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         help="NHWC convolutions in the loop trainer",
     )
     parser.add_argument(
+        "--fused-sgd",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="let each linear layer apply plain SGD inside its weight-gradient product "
+        "(loop trainer, SGD workloads; less memory traffic, same math up to float rounding)",
+    )
+    parser.add_argument(
         "--data-dir", help="data directory (default: the run's or the repo's data/)"
     )
     add_join_token_flags(parser, "to present to the aggregator")
@@ -213,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer=args.trainer,
         site_batch=args.site_batch,
         channels_last=args.channels_last,
+        fused_sgd=args.fused_sgd,
         data_dir=args.data_dir,
         join_token=join_token,
         site_tokens={s: tokens[s] for s in sites if s in tokens},

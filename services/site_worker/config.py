@@ -16,6 +16,7 @@ class WorkerConfig:
     trainer: str = "loop"  # "loop" or "vmap" (powertrip.batched)
     site_batch: int = 1  # sites per vmap call
     channels_last: bool = True
+    fused_sgd: bool = True  # SGD folded into linear layers' backward (powertrip.fused_sgd)
     data_dir: str | None = None
     join_token: str = ""
     site_tokens: dict[str, str] = field(default_factory=dict)  # per-site join tokens

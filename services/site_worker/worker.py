@@ -205,6 +205,7 @@ class SiteWorker:
             site_batch=self.config.site_batch,
             channels_last=self.config.channels_last,
             optimizer=self.workload.defaults.optimizer,
+            fused_sgd=self.config.fused_sgd,
         )
         elapsed = time.monotonic() - start
         joules = 0.0
