@@ -35,7 +35,7 @@ class _LinearSGD(torch.autograd.Function):
     SGD in place (their gradients are never materialised)."""
 
     @staticmethod
-    def forward(ctx, inputs, weight, bias, lr):  # noqa: D102 - torch's interface
+    def forward(ctx, inputs, weight, bias, lr):
         ctx.save_for_backward(inputs)
         # the weights themselves, not saved tensors: backward changes them in place
         ctx.weight, ctx.bias, ctx.lr = weight, bias, lr
@@ -43,7 +43,7 @@ class _LinearSGD(torch.autograd.Function):
         return F.linear(inputs, weight, bias)
 
     @staticmethod
-    def backward(ctx, grad_out):  # noqa: D102 - torch's interface
+    def backward(ctx, grad_out):
         (inputs,) = ctx.saved_tensors
         # detached views share the parameters' memory and version counter: the in-place
         # update below is legal on them and moves the version the check reads
@@ -51,8 +51,8 @@ class _LinearSGD(torch.autograd.Function):
         bias = ctx.bias.detach() if ctx.bias is not None else None
         if weight._version != ctx.version:
             raise RuntimeError(
-                "fused_sgd: a linear layer was applied twice in one forward pass, so its "
-                "weights changed before its second backward; set fused_sgd: false"
+                "fused_sgd: a linear layer's weights changed between its forward and its "
+                "backward (the layer applied twice in one forward pass?); set fused_sgd: false"
             )
         # the input gradient from the weights the forward used, before they move
         grad_in = grad_out @ weight if ctx.needs_input_grad[0] else None

@@ -89,6 +89,9 @@ def test_a_linear_layer_applied_twice_is_refused():
             return self.fc(torch.relu(self.fc(x)))
 
     model = Twice()
-    with sgd_in_backward(model, 0.1), pytest.raises(RuntimeError, match="applied twice"):
+    with (
+        sgd_in_backward(model, 0.1),
+        pytest.raises(RuntimeError, match="applied twice in one forward"),
+    ):
         model(torch.randn(3, 4)).sum().backward()
     assert "forward" not in vars(model.fc)
