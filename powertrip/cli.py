@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,13 @@ import yaml
 
 from powertrip import policyparams, runfiles
 from powertrip.cliparser import _FLAG_FIELDS, build_parser
-from powertrip.config import PARAM_PREFIX, ConfigError, RunConfig, parse_setting
+from powertrip.config import (
+    LATER_SETTINGS,
+    PARAM_PREFIX,
+    ConfigError,
+    RunConfig,
+    parse_setting,
+)
 
 #: exit codes of run, compare, sweep and reproduce: 0 done; 1 a run failed (its summary says
 #: why); 2 bad usage or configuration, found before anything starts; 3 a service or site
@@ -89,6 +96,19 @@ def _resume_args(args: argparse.Namespace) -> None:
             f"--resume takes the configuration from {config}; drop {', '.join(given) or '--out'}"
         )
     args.config, args.out = str(config), str(out)
+    # a run stored before a setting existed goes on as it started: with what the setting's
+    # absence meant then (fused_sgd: false), not with today's default
+    try:
+        stored = yaml.safe_load(config.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--resume: cannot read {config}: {exc}") from exc
+    if isinstance(stored, dict):
+        today = RunConfig()
+        args.settings = [
+            f"{key}={json.dumps(then)}"
+            for key, then in LATER_SETTINGS.items()
+            if key not in stored and then != getattr(today, key)
+        ]
 
 
 def _resolve_workload(config: RunConfig) -> RunConfig:

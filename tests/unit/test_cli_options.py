@@ -257,3 +257,24 @@ def test_compare_reuses_finished_runs_and_resumes_an_interrupted_one(tmp_path):
 def test_load_config_rejects_a_bad_set_before_validation():
     with pytest.raises(ConfigError, match="--set trainer=gpu: trainer must be one of loop, vmap"):
         _config("run", "--set", "trainer=gpu")
+
+
+def test_resume_goes_on_with_what_a_later_setting_meant_when_the_run_started(tmp_path):
+    """A run stored before fused_sgd existed trained with plain SGD: --resume keeps that,
+    not today's default; a run stored with the setting keeps its own value."""
+    from powertrip.cli import _resume_args
+
+    def resumed(stored: dict) -> RunConfig:
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        run.mkdir()
+        (run / "run-config.yaml").write_text(yaml.safe_dump(stored))
+        args = build_parser().parse_args(["run", "--resume", str(run)])
+        _resume_args(args)
+        return load_config(args)
+
+    old = RunConfig(workload="synthetic", num_sites=4).to_dict()
+    del old["fused_sgd"]
+    assert RunConfig().fused_sgd is True  # today's default, which an old run must not take
+    assert resumed(old).fused_sgd is False
+    assert resumed({**old, "fused_sgd": True}).fused_sgd is True
+    assert resumed(old).num_sites == 4  # the rest of the stored configuration as before
