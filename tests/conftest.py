@@ -38,3 +38,25 @@ def stack_factory(service_factory):
         return profiler, policy, aggregator
 
     return start
+
+
+@pytest.fixture(scope="session")
+def site_jobs():
+    """jobs(workload, num_sites, partitions, seed=0): round 1's SiteJobs (data and seed) of
+    the first num_sites sites of a seeded partition, as the trainers' tests feed them."""
+    from powertrip.batched import SiteJob
+    from powertrip.training import site_seed
+
+    def jobs(workload, num_sites: int, partitions: int, seed: int = 0) -> list[SiteJob]:
+        data = workload.load(None, seed)
+        part = workload.partition(data, partitions, seed)
+        return [
+            SiteJob(
+                data.train.x[part.site_indices[s]],
+                data.train.y[part.site_indices[s]],
+                site_seed(seed, 1, s),
+            )
+            for s in range(num_sites)
+        ]
+
+    return jobs

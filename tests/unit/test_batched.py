@@ -11,21 +11,8 @@ import pytest
 import torch
 
 from powertrip.batched import SiteJob, train_sites, train_sites_vmap, vmap_supported
-from powertrip.training import site_seed, train_local
+from powertrip.training import train_local
 from powertrip.workloads import get_workload
-
-
-def _jobs(workload, num_sites: int, partitions: int, seed: int = 0):
-    data = workload.load(None, seed)
-    part = workload.partition(data, partitions, seed)
-    return [
-        SiteJob(
-            data.train.x[part.site_indices[s]],
-            data.train.y[part.site_indices[s]],
-            site_seed(seed, 1, s),
-        )
-        for s in range(num_sites)
-    ]
 
 
 def _reference(workload, model, jobs, steps, lr, batch_size):
@@ -52,11 +39,11 @@ def _assert_same_updates(got, want, rtol=1e-4, atol=1e-6):
 
 
 @pytest.fixture(scope="module")
-def femnist():
+def femnist(site_jobs):
     workload = get_workload("femnist")
     torch.manual_seed(0)
     model = workload.build_model()
-    jobs = _jobs(workload, 3, 100)
+    jobs = site_jobs(workload, 3, 100)
     want = _reference(workload, model, jobs, steps=3, lr=0.1, batch_size=20)
     return workload, model, jobs, want
 
@@ -97,11 +84,11 @@ def test_femnist_sites_differ_so_a_swap_would_be_caught(femnist):
 
 
 @pytest.mark.parametrize("site_batch", [1, 2, 5])
-def test_synthetic_vmap_matches_plain_loop_for_any_group_size(site_batch):
+def test_synthetic_vmap_matches_plain_loop_for_any_group_size(site_batch, site_jobs):
     workload = get_workload("synthetic")
     torch.manual_seed(3)
     model = workload.build_model()
-    jobs = _jobs(workload, 5, 20, seed=3)
+    jobs = site_jobs(workload, 5, 20, seed=3)
     want = _reference(workload, model, jobs, steps=4, lr=0.05, batch_size=20)
     got = train_sites(
         workload,
@@ -171,11 +158,11 @@ def test_device_auto_is_cuda_only_when_present_and_cuda_without_one_says_why():
 
 
 @pytest.mark.parametrize("trainer", ["loop", "vmap"])
-def test_training_follows_the_model_device_and_returns_cpu_deltas(trainer):
+def test_training_follows_the_model_device_and_returns_cpu_deltas(trainer, site_jobs):
     """Both trainers move batches to where the model's parameters are and hand back CPU
     deltas (what the upload encodes). Run on the CPU here, and on CUDA where a GPU is."""
     workload = get_workload("synthetic")
-    jobs = _jobs(workload, 2, 4)
+    jobs = site_jobs(workload, 2, 4)
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = workload.build_model().to(device)

@@ -9,23 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from powertrip.batched import SiteJob, train_sites
+from powertrip.batched import train_sites
 from powertrip.fused_sgd import sgd_in_backward
-from powertrip.training import site_seed, train_local
+from powertrip.training import train_local
 from powertrip.workloads import get_workload
-
-
-def _jobs(workload, num_sites: int, partitions: int, seed: int = 0) -> list[SiteJob]:
-    data = workload.load(None, seed)
-    part = workload.partition(data, partitions, seed)
-    return [
-        SiteJob(
-            data.train.x[part.site_indices[s]],
-            data.train.y[part.site_indices[s]],
-            site_seed(seed, 1, s),
-        )
-        for s in range(num_sites)
-    ]
 
 
 def _train(workload, model, jobs, **kwargs):
@@ -37,11 +24,11 @@ def _linear_grads(model: nn.Module) -> list[torch.Tensor | None]:
 
 
 @pytest.mark.parametrize("name, lr", [("femnist", 0.1), ("synthetic", 0.05)])
-def test_fused_sgd_matches_the_plain_update_within_float_rounding(name, lr):
+def test_fused_sgd_matches_the_plain_update_within_float_rounding(name, lr, site_jobs):
     workload = get_workload(name)
     torch.manual_seed(0)
     model = workload.build_model()
-    jobs = _jobs(workload, 2, 100 if name == "femnist" else 20)
+    jobs = site_jobs(workload, 2, 100 if name == "femnist" else 20)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     plain = _train(workload, model, jobs, lr=lr, channels_last=True, fused_sgd=False)
     assert all(g is not None for g in _linear_grads(model))  # plain SGD made gradients
@@ -62,11 +49,11 @@ def test_fused_sgd_matches_the_plain_update_within_float_rounding(name, lr):
     assert all("forward" not in vars(m) for m in model.modules())
 
 
-def test_fused_sgd_leaves_other_optimisers_untouched():
+def test_fused_sgd_leaves_other_optimisers_untouched(site_jobs):
     workload = get_workload("synthetic")
     torch.manual_seed(1)
     model = workload.build_model()
-    job = _jobs(workload, 1, 20, seed=1)[0]
+    job = site_jobs(workload, 1, 20, seed=1)[0]
 
     def adamw(fused: bool):
         return train_local(
