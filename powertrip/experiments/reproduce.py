@@ -236,13 +236,17 @@ def main(args: Any) -> int:
 def merged_record(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """OUT/reproduce.json after another command on the same OUT: the union of both
     commands' figures, seeds, set-ups, refinements and resolved k*, so `--figure 8` after
-    `--figure all` does not leave `--report-only` without the other figures' set-ups.
-    The newer command's base config and options win (runs record their own config)."""
+    `--figure all` does not leave `--report-only` without the other figures' set-ups, and
+    `--k 70,100` (a few sweep points run by another process) does not shrink the grid the
+    reports read. The newer command's base config and options win (runs record their own
+    config)."""
     merged = {**old, **new}
     order = list(SUITES)
     figures = set(old.get("figures") or ()) | set(new.get("figures") or ())
     merged["figures"] = sorted(figures, key=lambda f: order.index(f) if f in order else len(order))
-    merged["seeds"] = sorted(set(old.get("seeds") or ()) | set(new.get("seeds") or ()))
+    for key in ("seeds", "sweep_k"):
+        if key in old or key in new:
+            merged[key] = sorted(set(old.get(key) or ()) | set(new.get(key) or ()))
     for key in ("variants", "unsupported", "refined", "deferred"):
         if key in old or key in new:
             merged[key] = {**(old.get(key) or {}), **(new.get(key) or {})}

@@ -352,10 +352,12 @@ def test_a_narrower_command_keeps_the_record_of_a_wider_one():
         "variants": {"ideal": {"name": "ideal"}, "trace": {"name": "trace"}},
         "refined": {"uniform": [4]},
         "base_config": {"lr": 0.1},
+        "sweep_k": [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100],
     }
     narrow = {
         "figures": ["8"],
         "seeds": [0, 1, 2],
+        "sweep_k": [70, 100],
         "variants": {"uniform": {"name": "uniform"}},
         "refined": {"uniform": [4, 6]},
         "base_config": {"lr": 0.1, "gpu_power_w": 250.0},
@@ -363,6 +365,7 @@ def test_a_narrower_command_keeps_the_record_of_a_wider_one():
     merged = R.merged_record(wide, narrow)
     assert merged["figures"] == ["6-7", "8", "12"]
     assert merged["seeds"] == [0, 1, 2, 3, 4]
+    assert merged["sweep_k"] == wide["sweep_k"]  # a few points run elsewhere keep the grid
     assert set(merged["variants"]) == {"ideal", "trace", "uniform"}
     assert merged["refined"] == {"uniform": [4, 6]}  # the newer command's refinement
     assert merged["base_config"] == narrow["base_config"]
