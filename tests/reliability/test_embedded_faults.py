@@ -78,7 +78,10 @@ def _signal_and_check(signum: int, out: Path, tag: str) -> tuple[int, str]:
     finally:
         if cli.poll() is None:
             cli.kill()
-    assert took < 10, f"stopping took {took:.1f} s"
+    # the CLI gives its services 10 s to drain before it SIGKILLs them (launcher.stop_services):
+    # a CLI that ends within 15 s stopped them, by drain or by that fallback; one stop on a
+    # loaded CI machine took 10.1 s (2026-11-26), so a bound of 10 s tested the machine's load
+    assert took < 15, f"stopping took {took:.1f} s"
     wait_for(lambda: not _processes_of(tag, out), 10, "every process of the run to end")
     assert checkpoint_round(out) < MAX_ROUNDS, "the signal must land mid-run"
     assert not (out / "summary.json").exists()
