@@ -127,20 +127,36 @@ def train_local(
     return LocalResult(delta=delta, num_samples=len(y), mean_loss=total / steps, steps=steps)
 
 
-@torch.no_grad()
+#: rows per forward pass when evaluating: on the FEMNIST CNN 2,000 held-out images took
+#: 0.53 s in passes of 200 against 0.76 s in passes of 500 and 0.79 s with autograd on
+#: (median of 7, 2 threads); smaller passes lose to per-call overhead (0.65 s at 50)
+EVAL_FORWARD_ROWS = 200
+
+
 def evaluate(
     workload: Workload, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 500
 ) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) over the given held-out samples."""
+    """(accuracy, mean cross-entropy) over the given held-out samples.
+
+    No autograd graph is kept (inference mode), and the forward pass goes
+    EVAL_FORWARD_ROWS rows at a time, whose activations stay in cache; each row's logits do
+    not depend on the rows beside it, and the loss is still summed per `batch_size` rows,
+    so the figures are the same to the bit (tests/unit/test_evaluation.py)."""
     model.eval()
     correct, loss_sum = 0, 0.0
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
-    for start in range(0, len(y), batch_size):
-        inputs = workload.inputs(x[start : start + batch_size])
-        targets = workload.targets(y[start : start + batch_size])
-        logits = model(inputs)
-        loss_sum += float(loss_fn(logits, targets))
-        correct += int((logits.argmax(dim=1) == targets).sum())
+    with torch.inference_mode():
+        for start in range(0, len(y), batch_size):
+            inputs = workload.inputs(x[start : start + batch_size])
+            targets = workload.targets(y[start : start + batch_size])
+            logits = torch.cat(
+                [
+                    model(inputs[row : row + EVAL_FORWARD_ROWS])
+                    for row in range(0, len(inputs), EVAL_FORWARD_ROWS)
+                ]
+            )
+            loss_sum += float(loss_fn(logits, targets))
+            correct += int((logits.argmax(dim=1) == targets).sum())
     return correct / len(y), loss_sum / len(y)
 
 

@@ -34,17 +34,23 @@ def test_eval_threads_follow_the_cores_the_workers_train_on(
     assert eval_threads(run) == expected
 
 
-@pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])
-def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
+def _held_out_and_model(name: str, seed: int):
+    """300 held-out samples of a workload and its model, moved away from the initial
+    weights so that the logits are not all alike."""
     workload = get_workload(name)
     data = workload.load(None, 0)
     ix = eval_subset(len(data.test), 300, 0)
-    x, y = data.test.x[ix], data.test.y[ix]
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = workload.build_model()
-    with torch.no_grad():  # away from the initial weights, so the logits are not all alike
+    with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
+    return workload, model, data.test.x[ix], data.test.y[ix]
+
+
+@pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])
+def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
+    workload, model, x, y = _held_out_and_model(name, seed=0)
     before = torch.get_num_threads()
     try:
         results = []
@@ -56,3 +62,18 @@ def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
     (acc1, loss1), (acc2, loss2) = results
     assert 0.0 <= acc1 <= 1.0 and loss1 > 0
     assert (acc1, loss1) == (acc2, loss2)  # exact: the loss is a sum of 300 floats
+
+
+@pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])
+def test_evaluation_in_short_forward_passes_is_bit_identical(name, monkeypatch):
+    """EVAL_FORWARD_ROWS only splits the forward pass: every row's logits, and so the
+    accuracy and the loss (still summed per batch), are those of one whole-batch pass."""
+    from powertrip import training
+
+    workload, model, x, y = _held_out_and_model(name, seed=1)
+    results = []
+    for rows in (7, 10**6):  # several short passes a batch; one pass a batch
+        monkeypatch.setattr(training, "EVAL_FORWARD_ROWS", rows)
+        results.append(evaluate(workload, model, x, y, batch_size=128))
+    assert results[0] == results[1]
+    assert results[0][1] > 0  # the loss, a sum of 300 floats, is the sharp check
