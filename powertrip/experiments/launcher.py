@@ -2,7 +2,9 @@
 
 This is the same code path as a real deployment: each service is its own process and they
 talk only over gRPC. Ports are chosen by the services themselves (port 0) and read back from
-the one line each prints on stdout; logs go to files under the run directory.
+the one line each prints on stdout, except where a run picks its aggregator's port so that
+its workers start beside it (`runner._start_together`); logs go to files under the run
+directory.
 
 No service outlives the command that started it: the drivers stop them when a run ends or
 fails (`stop_services`), on SIGTERM or SIGINT (`stop_services_on_signals`, then `stop_all`),
@@ -16,6 +18,7 @@ import contextlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -243,16 +246,33 @@ def start_service(
 
     The process ends when this one does (PR_SET_PDEATHSIG, see _BOOTSTRAP): call from the
     main thread, which outlives it."""
+    service = spawn_service(name, args, log_dir)
+    return await_started(service, timeout_s=timeout_s, wait_serving=wait_serving)
+
+
+def spawn_service(
+    name: str, args: Sequence[str], log_dir: Path, *, port: int = 0
+) -> ServiceProcess:
+    """`python -m services.<name> --port PORT ARGS`, not waited for: `await_started` reads
+    its port line. With a fixed `port` a client can be started before the service is up."""
     log_dir.mkdir(parents=True, exist_ok=True)
     service = start_process(
         name,
         f"services.{name.split(':')[0]}",
-        ["--port", "0", "--host", "127.0.0.1", *args],
+        ["--port", str(port), "--host", "127.0.0.1", *args],
         log_dir / f"{name}.log",
         stdout=subprocess.PIPE,
     )
-    process = service.process
-    log_path = service.log_path
+    service.port = port
+    return service
+
+
+def await_started(
+    service: ServiceProcess, *, timeout_s: float = 60.0, wait_serving: bool = True
+) -> ServiceProcess:
+    """Wait for a spawned service's port line (and health SERVING); stop it and raise
+    LaunchError, with its log's tail, if it exits or stays silent."""
+    name, process, log_path = service.name, service.process, service.log_path
     deadline = time.monotonic() + timeout_s
     line = _first_line(process, deadline) or ""
     if "listening on port" not in line:
@@ -272,6 +292,19 @@ def start_service(
             service.stop()
             raise LaunchError(f"{name}: {exc}\n{service.log_tail()}") from None
     return service
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago: another process may take it before the
+    service binds it, so a caller keeps a fallback to port 0 (`bind_failed`)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bind_failed(service: ServiceProcess) -> bool:
+    """Whether a service that did not start could not bind its port (its log says so)."""
+    return not service.alive() and f"cannot bind {service.target}" in service.log_tail()
 
 
 def start_process(
@@ -317,13 +350,15 @@ class Deployment:
     services: list[ServiceProcess] = field(default_factory=list)
 
     def __enter__(self) -> Deployment:
-        try:
-            self.profiler = start_service(
+        try:  # both import and start at once, then are waited for
+            self.profiler = spawn_service(
                 "profiler", ["--config", str(self.config_path)], self.log_dir
             )
             self.services.append(self.profiler)
-            self.policy = start_service("policy", [], self.log_dir)
+            self.policy = spawn_service("policy", [], self.log_dir)
             self.services.append(self.policy)
+            for service in self.services:
+                await_started(service)
         except BaseException:
             self.close()
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from powertrip.experiments.launcher import (
     Deployment,
     LaunchError,
     ServiceProcess,
+    await_started,
+    bind_failed,
+    free_port,
+    spawn_service,
     split_sites,
     start_service,
     stop_services,
@@ -102,58 +107,36 @@ def run_once(
     config_path = out_dir / runfiles.REQUESTED_CONFIG
     config.write_yaml(config_path)
     log_dir = out_dir / runfiles.LOGS_DIR
+    aggregator_args = [
+        "--config",
+        str(config_path),
+        "--out",
+        str(out_dir),
+        "--exit-when-done",
+        "--profiler",
+        deployment.profiler.target,
+        "--policy",
+        deployment.policy.target,
+        *(["--resume"] if resume else []),
+    ]
+    summary_path = out_dir / runfiles.SUMMARY
+    summary_before = _mtime_ns(summary_path)  # a summary left from an earlier run is not ours
     processes: list[ServiceProcess] = []
     try:
-        aggregator = start_service(
-            "aggregator",
-            [
-                "--config",
-                str(config_path),
-                "--out",
-                str(out_dir),
-                "--exit-when-done",
-                "--profiler",
-                deployment.profiler.target,
-                "--policy",
-                deployment.policy.target,
-                *(["--resume"] if resume else []),
-            ],
-            log_dir,
-            timeout_s=120,
-        )
-        processes.append(aggregator)
-        for w, sites in enumerate(split_sites(config.num_sites, config.workers)):
-            processes.append(
-                start_service(
-                    f"site_worker:{w}",
-                    [
-                        "--aggregator",
-                        aggregator.target,
-                        *site_args(sites),
-                        "--worker-id",
-                        f"worker-{w}",
-                        "--threads",
-                        str(config.threads_per_worker),
-                        "--train-threads",
-                        str(config.train_threads),
-                        "--trainer",
-                        config.trainer,
-                        "--site-batch",
-                        str(config.site_batch),
-                        "--channels-last" if config.channels_last else "--no-channels-last",
-                        "--fused-sgd" if config.fused_sgd else "--no-fused-sgd",
-                    ],
-                    log_dir,
-                    wait_serving=False,
-                )
-            )
+        aggregator = _start_together(config, aggregator_args, log_dir, processes)
         watched = [*deployment.services, *processes]
-        exit_code = _follow(aggregator, watched, config, label or config.policy, show_progress)
+        exit_code = _follow(
+            aggregator,
+            watched,
+            config,
+            label or config.policy,
+            show_progress,
+            lambda: _mtime_ns(summary_path) != summary_before,
+        )
     except LaunchError as exc:
         raise ChildExited(str(exc)) from None
     finally:
         stop_services(reversed(processes))
-    summary_path = out_dir / runfiles.SUMMARY
     summary = None
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
@@ -164,6 +147,70 @@ def run_once(
     if summary is None:
         raise RunError(f"the aggregator wrote no summary; see {log_dir}/aggregator.log")
     return RunOutcome(out_dir, summary)
+
+
+def _worker_args(config: RunConfig, worker: int, sites: list[str], aggregator: str) -> list[str]:
+    return [
+        "--aggregator",
+        aggregator,
+        *site_args(sites),
+        "--worker-id",
+        f"worker-{worker}",
+        "--threads",
+        str(config.threads_per_worker),
+        "--train-threads",
+        str(config.train_threads),
+        "--trainer",
+        config.trainer,
+        "--site-batch",
+        str(config.site_batch),
+        "--channels-last" if config.channels_last else "--no-channels-last",
+        "--fused-sgd" if config.fused_sgd else "--no-fused-sgd",
+    ]
+
+
+def _start_together(
+    config: RunConfig, aggregator_args: list[str], log_dir: Path, processes: list[ServiceProcess]
+) -> ServiceProcess:
+    """Start the aggregator and the site workers at once, appending them to `processes`;
+    return the aggregator once it serves.
+
+    Each process spends about 2 s importing torch and loading data before it can serve or
+    register; started one after the other that was about 4 s of every run of `make demo`
+    (bench/RESULTS.md). The aggregator gets a port picked here, so the workers can be given
+    its address at once and wait for it (their Register waits for the channel). Should
+    another process take that port first, the aggregator exits ("cannot bind") and both are
+    started again the old way: the aggregator on port 0, then the workers."""
+    sites = split_sites(config.num_sites, config.workers)
+
+    def spawn_workers(aggregator: ServiceProcess) -> None:
+        for w, worker_sites in enumerate(sites):
+            args = _worker_args(config, w, worker_sites, aggregator.target)
+            processes.append(spawn_service(f"site_worker:{w}", args, log_dir))
+
+    aggregator = spawn_service("aggregator", aggregator_args, log_dir, port=free_port())
+    processes.append(aggregator)
+    spawn_workers(aggregator)
+    try:
+        await_started(aggregator, timeout_s=120)
+    except LaunchError:
+        if not bind_failed(aggregator):
+            raise
+        stop_services(reversed(processes))
+        processes.clear()
+        aggregator = start_service("aggregator", aggregator_args, log_dir, timeout_s=120)
+        processes.append(aggregator)
+        spawn_workers(aggregator)
+    for worker in processes[1:]:
+        await_started(worker, wait_serving=False)
+    return aggregator
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _status(stub) -> aggregator_pb2.RunStatus | None:
@@ -188,9 +235,11 @@ def _follow(
     config: RunConfig,
     label: str,
     show: bool,
+    summary_written: Callable[[], bool],
 ) -> int | None:
     """Poll the aggregator's status until the run ends, and every process in `watched`
-    until then: one that exits first raises ChildExited. Returns the aggregator's exit code
+    until then: one that exits first raises ChildExited, unless the aggregator has written
+    this run's summary (`summary_written`: the run is over). Returns the aggregator's exit code
     (None if it has not exited 30 s after the end). The progress bar counts rounds, or
     hours of time spent when the time budget rather than a round cap ends the run."""
     by_time = config.max_sim_hours > 0 and config.max_rounds >= UNBOUNDED_ROUNDS
@@ -224,10 +273,10 @@ def _follow(
                     break
                 culprit = _culprit(watched)
                 if culprit is not None:
-                    # workers leave once the aggregator has said the run is over: ask again
-                    # (it stays up a moment after that) before calling it a failure
-                    again = _status(stub) if aggregator.alive() else None
-                    if again is not None and again.state in FINISHED:
+                    # workers leave once the aggregator has said the run is over, and the
+                    # aggregator right after them, maybe before this loop saw it end; it
+                    # wrote the run's summary before it said so
+                    if summary_written():
                         break
                     raise ChildExited(culprit.exit_report())
                 time.sleep(POLL_S)

@@ -44,6 +44,8 @@ class WorkerInfo:
     #: set when tasks arrive or the run ends: a long poll waits on its own worker's event,
     #: so one upload does not wake every parked poller (1,000 of them under load)
     wake: threading.Event = field(default_factory=threading.Event)
+    #: a poll of this worker was answered `shutdown` (the run is over and it knows)
+    told_shutdown: bool = False
 
 
 #: Verified bytes of interrupted uploads one worker may leave held at once (their tensor
@@ -325,7 +327,20 @@ class AggregatorState:
             info.wake.wait(timeout=max(0.0, wait_s))
         with self.lock:
             tasks, info.queue = info.queue, []
-            return tasks, self.done and not tasks
+            shutdown = self.done and not tasks
+            if shutdown and not info.told_shutdown:
+                info.told_shutdown = True
+                self.changed.notify_all()
+            return tasks, shutdown
+
+    def wait_workers_told(self, timeout_s: float) -> bool:
+        """Wait until every registered worker has been answered `shutdown`, or `timeout_s`
+        (a worker that died or stopped polling is not waited for past it); whether all were."""
+        with self.lock:
+            return self.changed.wait_for(
+                lambda: all(info.told_shutdown for info in self.workers.values()),
+                timeout=timeout_s,
+            )
 
     def close_round(self, progress: RoundInProgress, deadline: float) -> tuple[list[str], int]:
         """Wait for every delta or time.monotonic() reaching `deadline`, then end the round.
