@@ -76,7 +76,8 @@ def raw_tcp_MBps(payload: bytes) -> float:
 
 
 def _views(arrays: dict[str, np.ndarray], chunk_bytes: int):
-    """Every tensor's bytes as chunk-sized views, in order, without a copy."""
+    """Every tensor's bytes as chunk-sized views, in order, without a copy: the model's
+    download, whose chunks the aggregator checksummed once for every site."""
     for array in arrays.values():
         raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
         for offset in range(0, len(raw), chunk_bytes):
@@ -146,7 +147,7 @@ class CheckedTcp:
         return self
 
     def once(self) -> Moved:
-        from powertrip.rpc.tensors import CHUNK_BYTES, crc32c_of
+        from powertrip.rpc.tensors import CHUNK_BYTES, chunk_pieces
 
         nbytes = sum(a.nbytes for a in self.arrays.values())
         try:
@@ -154,9 +155,9 @@ class CheckedTcp:
             for chunk in _views(self.arrays, CHUNK_BYTES):
                 self.sock.sendall(chunk)
             middle = time.perf_counter()  # sent, not yet received: only the total is exact
-            for chunk in _views(self.arrays, CHUNK_BYTES):
-                crc32c_of(chunk)
-                self.sock.sendall(chunk)
+            # the upload as a site worker makes it: a chunk's CRC-32C, then its bytes
+            for _chunk, data in chunk_pieces(self.arrays, CHUNK_BYTES):
+                self.sock.sendall(data)
             acked = self.sock.recv(1) == b"k"
         except OSError as exc:
             raise RuntimeError(f"the checked TCP sink stopped ({exc})") from exc
