@@ -162,15 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "policies":
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
     if args.command == "report":
-        from powertrip.report import ReportError, render
-
-        try:
-            path = render(Path(args.dir), args.objective)
-        except ReportError as exc:
-            print(f"powertrip report: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"report: {path}")
-        return 0
+        return _report(args)
     if args.command == "data":
         from powertrip.experiments import datacmd
 
@@ -229,6 +221,23 @@ def _resume_hint(args: argparse.Namespace) -> str:
     return f"no checkpoint was written yet in {out}: run it again to start over"
 
 
+def _report(args: argparse.Namespace) -> int:
+    from powertrip.experiments.launcher import stop_services_on_signals
+    from powertrip.report import ReportError, render
+
+    with stop_services_on_signals():  # SIGTERM too ends in a message, not a kill
+        try:
+            path = render(Path(args.dir), args.objective)
+        except ReportError as exc:
+            print(f"powertrip report: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt as exc:
+            hint = f"the runs are untouched; powertrip report {args.dir} draws the figures again"
+            return _interrupted("powertrip report", exc, hint)
+    print(f"report: {path}")
+    return 0
+
+
 def _interrupted(prog: str, exc: KeyboardInterrupt, hint: str) -> int:
     """SIGTERM or SIGINT (Ctrl-C): stop whatever service is left, say what was stopped and
     how to go on, exit 128 + the signal (130 for SIGINT, 143 for SIGTERM)."""
@@ -239,11 +248,12 @@ def _interrupted(prog: str, exc: KeyboardInterrupt, hint: str) -> int:
     stopped = list(exc.stopped) if isinstance(exc, Interrupted) else []
     stopped += [name for name in stop_all() if name not in stopped]
     signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-    what = f"stopped {len(stopped)} service{'' if len(stopped) == 1 else 's'}"
+    what = ""
     if stopped:
+        what = f": stopped {len(stopped)} service{'' if len(stopped) == 1 else 's'}"
         what += f" ({', '.join(stopped)})"
     print(
-        f"{prog}: interrupted by {signal.Signals(signum).name}: {what}"
+        f"{prog}: interrupted by {signal.Signals(signum).name}{what}"
         + (f"; {hint}" if hint else ""),
         file=sys.stderr,
     )

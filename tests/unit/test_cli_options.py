@@ -278,3 +278,20 @@ def test_resume_goes_on_with_what_a_later_setting_meant_when_the_run_started(tmp
     assert resumed(old).fused_sgd is False
     assert resumed({**old, "fused_sgd": True}).fused_sgd is True
     assert resumed(old).num_sites == 4  # the rest of the stored configuration as before
+
+
+def test_report_interrupted_says_so_and_exits_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while `powertrip report` draws: one line saying what to run again, no
+    traceback, exit 128 + SIGINT."""
+    import powertrip.report
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(powertrip.report, "render", interrupted)
+    assert main(["report", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"powertrip report: interrupted by SIGINT; the runs are untouched; "
+        f"powertrip report {tmp_path} draws the figures again"
+    )

@@ -498,3 +498,25 @@ def test_runs_from_before_the_footprint_keep_their_table(comparison_dir):
     runs = [load_run(comparison_dir / p) for p in ("all", "random", "powertrip")]
     assert "kWh" not in format_table(runs)  # no run has a footprint: no columns, no plots
     assert not (comparison_dir / "energy_to_accuracy.png").exists()
+
+
+def test_runs_render_in_a_pool_with_the_same_files_and_errors(comparison_dir, monkeypatch):
+    """render_runs draws runs in spawned processes: the same bytes as one after the other,
+    and a run that cannot be rendered fails the caller with its own error."""
+    import os
+
+    from powertrip.report.render import render_runs
+    from powertrip.report.rundir import run_subdirs
+
+    runs = run_subdirs(comparison_dir)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    render_runs(runs)
+    serial = {p: p.read_bytes() for run in runs for p in sorted(run.glob("*.png"))}
+    for path in serial:
+        path.unlink()
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    render_runs(runs)
+    assert {p: p.read_bytes() for run in runs for p in sorted(run.glob("*.png"))} == serial
+
+    with pytest.raises(ReportError, match="logs/config.yaml: file is missing"):
+        render_runs([*runs, comparison_dir / "logs"])
