@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from powertrip.experiments.launcher import free_port  # noqa: F401 - the tests import it from here
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -81,15 +83,6 @@ def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.02) -> No
             return
         time.sleep(poll_s)
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (for services that need a fixed one)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float]:
