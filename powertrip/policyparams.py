@@ -2,7 +2,7 @@
 
 Policy parameters cross the wire as `map<string, double>` (SelectSitesRequest.params), so a
 named choice travels as its index in the list below. Users write the name
-(`--param gain=separable`, `policy_params: {gain: separable}`); the CLI, the config loader
+(`--param rule=feedback`, `policy_params: {rule: feedback}`); the CLI, the config loader
 and the policy service all translate through this one table, so a name means the same thing
 everywhere and an unknown one is refused with the allowed names.
 """
@@ -13,8 +13,11 @@ import math
 
 #: parameter -> its allowed names; the first is the default (index 0)
 CHOICES: dict[str, tuple[str, ...]] = {
-    # powertrip's projected gain: "feedback" (paper §3.3 + §4, the default) or "separable"
-    # (the rule before it: argmax of g*log(1+k)/T(k), kept for the ablation)
+    # powertrip's rule: "paper" (§3.3 and §4 as written, the default) or "feedback" (the
+    # rule this project used before, kept for the ablation and its stored runs)
+    "rule": ("paper", "feedback"),
+    # rule=feedback's projected gain: "feedback" or "separable" (the rule before it: argmax
+    # of g*log(1+k)/T(k)); the paper's rule ignores it
     "gain": ("feedback", "separable"),
 }
 

@@ -21,10 +21,24 @@ from powertrip.report.html import Table
 STATIC = f"static-k@{UNIFORM.name}*"
 
 ABLATIONS = (
+    # the rules of the paper's text that an earlier version replaced: rule=feedback is
+    # that version (phi-shaped gain, T-hat scaled to the last round, a window up to doubling
+    # k, hold / revert / retry), exactly as its runs were made
+    Variant(
+        "rule-feedback",
+        "uniform, PowerTrip's previous rule (rule=feedback: invented gain phase, doubling "
+        "window, calibration, hold/revert/retry)",
+        arm_params={"powertrip": {"rule": 1.0, "calibrate": 1.0}},
+    ),
     Variant(
         "gain-separable",
-        "uniform, PowerTrip's projected gain 'separable' (the rule before feedback)",
-        arm_params={"powertrip": {"gain": 1.0}},
+        "uniform, the rule before that (rule=feedback, gain=separable)",
+        arm_params={"powertrip": {"rule": 1.0, "calibrate": 1.0, "gain": 1.0}},
+    ),
+    Variant(
+        "calibrate",
+        "uniform, the paper's rule with T-hat scaled to the last measured round (calibrate=1)",
+        arm_params={"powertrip": {"calibrate": 1.0}},
     ),
     Variant("two-directions", "uniform, the update charged both ways", {"comm_directions": 2}),
     Variant("data-parallel", "uniform, data-parallel work model", {"work_model": "data-parallel"}),

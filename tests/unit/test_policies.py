@@ -117,7 +117,7 @@ def _uniform_sites(n=40, seed=0):
     return table(rng.uniform(0.1, 1.0, n), d, 1.25e9 * 100 / d)
 
 
-SEPARABLE = {"gain": 1.0}
+SEPARABLE = {"rule": 1.0, "gain": 1.0}
 
 
 def test_separable_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
@@ -134,7 +134,9 @@ def test_separable_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
     assert grown.explanation["candidates"][int(np.argmax(eff))] == len(grown.order)
 
 
-@pytest.mark.parametrize("rule", [{}, SEPARABLE], ids=["feedback", "separable"])
+@pytest.mark.parametrize(
+    "rule", [{}, {"rule": 1.0, "calibrate": 1.0}, SEPARABLE], ids=["paper", "feedback", "separable"]
+)
 def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers(rule):
     # sites beyond the top 3 are terribly slow: growing cannot pay for itself
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]

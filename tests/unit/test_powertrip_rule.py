@@ -1,4 +1,5 @@
-"""PowerTrip's feedback rule (paper §3.3 + §4) on hand-made histories, the separable rule
+"""PowerTrip's previous rule (`rule=feedback`, with its invented parts) on hand-made
+histories, kept decision for decision for the ablation, the separable rule
 against the decisions it made before the feedback rule existed, and the baselines that the
 paper defines against it (static fixed at round 1, highest-power with a dynamic k)."""
 
@@ -56,7 +57,13 @@ def history(ks, accuracies, times) -> tuple[PastRound, ...]:
     )
 
 
+#: the previous rule as its stored runs ran it (results/reproduce: rule=feedback, calibrate=1)
+FEEDBACK = {"rule": 1.0, "calibrate": 1.0}
+
+
 def decide(table, hist, policy="powertrip", **params):
+    if policy in ("powertrip", "highest-power"):
+        params = {**FEEDBACK, **params}
     ctx = Context(table=table, update_size_bytes=1.5 * GB, tau_s=60.0, history=hist, params=params)
     return get_policy(policy).select(ctx)
 
@@ -266,7 +273,7 @@ def test_separable_reproduces_the_previous_rules_decisions_exactly():
             c["hist"],
             c["target"],
             estimator=c["estimator"],
-            params={**c["params"], "gain": 1.0},
+            params={**c["params"], "rule": 1.0, "gain": 1.0},
         )
         d = get_policy("powertrip").select(ctx)
         got = {

@@ -261,7 +261,9 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
         by_variant.setdefault(r.variant, []).append(r.arm.name)
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
     for name in (
+        "rule-feedback",
         "gain-separable",
+        "calibrate",
         "two-directions",
         "data-parallel",
         "uniform-distances",
@@ -276,7 +278,9 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     assert {(r.variant, r.arm.name) for r in deferred} == {
         (v, "static-k5")
         for v in (
+            "rule-feedback",
             "gain-separable",
+            "calibrate",
             "two-directions",
             "data-parallel",
             "uniform-distances",
@@ -318,7 +322,8 @@ def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
     config = R.variant_config(base, variant, 0)
     pt = R.arm_config(config, R.Arm("powertrip", "powertrip"), variant)
     static = R.arm_config(config, R.static_arm(5), variant)
-    assert pt.policy_params == {"gain": 1.0} and static.policy_params == {"k": 5.0}
+    assert pt.policy_params == {"rule": 1.0, "calibrate": 1.0, "gain": 1.0}
+    assert static.policy_params == {"k": 5.0}
 
 
 def test_figure_keys_6_and_7_select_one_module():

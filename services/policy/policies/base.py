@@ -226,7 +226,7 @@ def _choice_rule(names: Sequence[str]) -> tuple[Callable[[float], bool], str]:
 #: everywhere and every error message says what is allowed.
 PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "k": (_whole(0), "a whole number >= 1 (0 = 30 % of the alive sites)"),
-    "k0": (_whole(0), "a whole number >= 1 (0 = max(2, 5 % of the alive sites))"),
+    "k0": (_whole(0), "a whole number >= 1 (0 = the policy's small default)"),
     "window": (_whole(0), "a whole number >= 1 (0 = max(1, 5 % of the alive sites))"),
     "patience": (_whole(0), "a whole number >= 0"),
     "trend_rounds": (_whole(1), "a whole number >= 1"),
@@ -234,6 +234,7 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "radius_miles": (lambda v: v >= 0, ">= 0"),
     "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "calibrate": (lambda v: v in (0, 1), "0 or 1"),
+    "below_share": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "penalty": (lambda v: v >= 0, ">= 0"),
     "epsilon": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "epsilon_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -307,3 +308,25 @@ def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION
 def rounded(values: np.ndarray, digits: int = 6) -> list[float]:
     """Short JSON numbers for explanations (they are for people and logs, not for maths)."""
     return [float(f"{float(x):.{digits}g}") for x in values]
+
+
+#: above this many candidates an explanation lists a sample around the pick, not all
+EXPLAIN_MAX_CANDIDATES = 41
+
+
+def explain_rows(
+    candidates: np.ndarray, gains: np.ndarray, times: np.ndarray, eff: np.ndarray, pick: int
+) -> dict:
+    """Candidate table for an explanation; a sample around the pick when it is long."""
+    rows = np.arange(len(candidates))
+    if len(rows) > EXPLAIN_MAX_CANDIDATES:
+        half = EXPLAIN_MAX_CANDIDATES // 4
+        keep = {0, len(rows) - 1, *range(max(0, pick - half), min(len(rows), pick + half + 1))}
+        rows = np.array(sorted(keep))
+    return {
+        "candidates": candidates[rows].tolist(),
+        "gains": rounded(gains[rows]),
+        "times": rounded(times[rows]),
+        "efficiencies": rounded(eff[rows]),
+        "candidates_range": [int(candidates[0]), int(candidates[-1])],
+    }

@@ -111,3 +111,21 @@ def best_in_window(eff: np.ndarray, measured: float) -> int:
     otherwise index 0, the current k. Ties go to the smaller k."""
     pick = int(np.argmax(eff))
     return pick if pick > 0 and eff[pick] > measured else 0
+
+
+def realised_below(
+    gains: np.ndarray, times: np.ndarray, window: int, share: float, last: int
+) -> int:
+    """How many of the latest `last` rounds in a row had a realised efficiency dA_j / T_j
+    below `share` x the measured efficiency (Eq. 5) of the `window` rounds before each; a
+    round with no rounds before it never counts."""
+    streak = 0
+    for j in range(len(gains) - 1, max(0, len(gains) - last) - 1, -1):
+        if j == 0:
+            break
+        reference = measured_efficiency(gains[:j], times[:j], window)
+        if reference > 0 and gains[j] / times[j] < share * reference:
+            streak += 1
+        else:
+            break
+    return streak

@@ -1,55 +1,46 @@
-"""PowerTrip's dynamic policy (paper §3.3, Algorithm 1, and the feedback loop of §4).
+"""PowerTrip's dynamic policy as the paper writes it (§3.3, the Algorithm 1 table, §4).
 
-Sites are ranked by the power-to-cost score (Eq. 8, `scoring.py`). The first round takes the
-k0 best. After that the rule is feedback-driven, as §4 describes: "a site is only added if the
-system estimates that its inclusion will improve the overall training efficiency compared to
-the previously measured performance", with the realised efficiency of Eq. 5 (accuracy gained
-per second of *measured* round time) as the feedback signal.
+Each step below quotes the paper beside what the code does. Where the text leaves a choice
+open, the plainest reading is taken, labelled READING, and made a parameter.
 
-`gain=feedback` (the default), each round after the first:
+1. Rank. "it ranks all available sites based on a performance-to-cost heuristic" (§4), the
+   power-to-cost score of Eq. 8 (`scoring.py`), every round.
+2. Start small. "initializing the active site count to a small number, k0 ... the
+   best-ranked sites" (§3.3). READING: k0 = max(2, 2 % of the sites) (`k0`).
+3. Measured efficiency. "the realized training efficiency (Equation 5), which ... serves as
+   the feedback signal" (§4): E_meas = sum(dA_j) / sum(T_j) over the last `trend_rounds`
+   measured rounds, dA_j = A_j - A_{j-1} (A_0 = 0).
+4. Projected gain. "a model that incorporates recent accuracy trends (g), a normalization
+   factor for the number of workers, and a logarithmic term to account for diminishing
+   returns" (§3.3). READING: the trend g (mean dA over the same rounds) divided by the log
+   term of the k_cur workers that produced it, times the log term of k:
+       dA(k) = g * log(1 + k) / log(1 + k_cur),   so dA(k_cur) = g.
+5. Estimated round time. "T(k) = tau / mean(p_top-k) + max_{i<=k} T_comm,i" (§3.3), the
+   request's estimator (`paper` by default; `clock` charges the straggler).
+6. Greedy addition inside a window. "evaluates a set of potential site counts within a
+   window around its current count" (§3.3); "Starting with the top-ranked site, it
+   iteratively considers adding the next-best site ... A site is only added if the system
+   estimates that its inclusion will improve the overall training efficiency compared to the
+   previously measured performance. This process continues until adding more sites offers
+   no further benefit" (§4). So k starts at the bottom of the window and grows by one site
+   while dA(k+1) / T(k+1) > E_meas, and stops at the first site that does not pay. READING:
+   the window is k_cur +- `window` sites (0: max(1, 5 % of the sites)); its bottom is k_cur
+   unless patience has run out (step 7).
+7. Patience. "Patience: number of rounds to wait before reducing sites" (Algorithm 1 table).
+   READING: count the latest rounds at the current k whose realised efficiency dA_j / T_j is
+   below (`below_share` x) the measured efficiency of the `trend_rounds` rounds before each;
+   after `patience` of them the window opens downwards and the scan starts at k_cur - window.
+8. Stop. "until the system reaches the target accuracy" (§3.3): `stop` once the last
+   accuracy reaches the target.
 
-1. Measured efficiency. From the history: per-round gains dA_j = A_j - A_{j-1} (A_0 = 0,
-   the accuracy before training is unknown here) and measured round times T_j.
-   E_meas = sum(dA) / sum(T) over the last `trend_rounds` rounds (Eq. 5 over a window, so one
-   noisy evaluation does not swing it). The trend g is the mean dA over the same rounds.
-2. Projected gain of k sites, built from the three parts §3.3 names: the recent trend g, a
-   normalisation for the number of workers (relative to the k_cur sites that produced g, so
-   dA(k_cur) = g) and a logarithmic term for diminishing returns:
-       dA(k) = g * (1 + phi * ln(k / k_cur)).
-   phi in [0, 1] is how much more sites are worth at this stage of training. The paper does
-   not give it; we take phi = 1 - g / g_peak, with g_peak the largest trend seen so far
-   (OUR CHOICE). Early on, while gains are at their peak, phi ~ 0 and more sites buy nothing
-   (the paper's Fig. 11: 50 or 100 sites gain little over 10 in the first rounds); as gains
-   decay phi grows and so does the value of more data per round. This is what makes k grow
-   through training instead of freezing: with a constant phi the pick would depend on k
-   alone (the separable rule below froze after two rounds).
-3. Estimated round time T(k) over the ranked list (§3.3: tau / mean(p_top-k) +
-   max_{i<=k} T_comm,i, or the clock-consistent estimator), scaled by c = T_last / T(k_cur)
-   so it is in the units of the measured times it is compared with (`calibrate=1`, OUR
-   CHOICE: without it the paper estimator's optimism alone would make every site look
-   worth adding).
-4. Greedy bottom-up addition (§3.3 + §4): the candidates are k_cur and the next `window`
-   ranked sites added one by one; the count with the best projected efficiency dA(k)/T(k)
-   is taken if it beats the measured efficiency E_meas, else k stays. (Looking across the
-   whole window rather than stopping at the first site that does not pay matters: one
-   straggler raises T(k) in a step, and the sites after it add gain at no further cost.)
-5. Feedback on each addition (§4, "compared to the previously measured performance"): after
-   k grows from a to b, k is held for `trend_rounds` rounds while the addition shows its
-   effect; then, if those rounds measured a lower efficiency than the rounds before them
-   (carried forward by the decay those rounds showed, OUR CHOICE), k goes back to a, and b
-   is not tried again for 3 trend windows (OUR CHOICE).
-   Patience: count the latest rounds whose realised efficiency dA_j / T_j fell below half
-   the measured efficiency of the `trend_rounds` rounds before them (OUR CHOICE of "below":
-   half, so evaluation noise alone rarely trips it). After `patience` such rounds in a row
-   the window opens downwards and k shrinks to the best projected efficiency below k_cur.
-6. Stop at the target accuracy.
+With no recent gain (g <= 0) nothing can be projected to pay: k stays at the window's bottom.
+Ties do not add a site (the comparison is strict).
 
-`gain=separable` keeps the rule this project used before (projected gain
-g * log(1 + k) / log(1 + k_cur), argmax of gain / T over the window, shrink only after
-`patience` rounds without a new best accuracy). Its argmax is the argmax of log(1+k)/T(k),
-which ignores training progress; it is kept, decision for decision, for the ablation.
-
-Ties go to the smaller k (fewer sites, same efficiency).
+Options that are not the paper's, off by default, each a row of the ablation:
+`calibrate=1` scales T-hat(k) by T_last / T-hat(k_cur) (estimates in measured units);
+`rule=feedback` is the rule this project used before (`powertrip_feedback.py`: projected gain
+g (1 + phi ln(k/k_cur)), a doubling window, hold / revert / retry; its `gain=separable`
+variant is the rule before that).
 """
 
 from __future__ import annotations
@@ -59,80 +50,54 @@ import math
 import numpy as np
 
 from powertrip.policyparams import decode
-from services.policy.policies.base import Context, Decision, Policy, rounded
-from services.policy.policies.feedback import (
-    RETRY_AFTER_WINDOWS,
-    best_in_window,
-    failed_growths,
-    gains_of,
-    last_growth,
-    measured_efficiency,
-    projected_gain,
-    recent_gain,
-    rounds_below,
-    rounds_without_gain,
-    training_phase,
-    trend_series,
-)
+from services.policy.policies import powertrip_feedback
+from services.policy.policies.base import Context, Decision, Policy, explain_rows, rounded
+from services.policy.policies.feedback import gains_of, measured_efficiency, realised_below
 from services.policy.policies.scoring import GB, power_cost_ranking, weights
-
-#: above this many candidates the explanation lists a sample around the pick, not all
-EXPLAIN_MAX_CANDIDATES = 41
 
 
 def auto_k0(num_alive: int) -> int:
-    """The paper's 'small k0': max(2, 5 % of the sites), never more than there are."""
-    return min(num_alive, max(2, round(0.05 * num_alive)))
+    """The paper's 'small number' k0: max(2, 2 % of the sites), never more than there are."""
+    return min(num_alive, max(2, round(0.02 * num_alive)))
 
 
 def auto_window(num_alive: int) -> int:
     return max(1, round(0.05 * num_alive))
 
 
-def _explain_rows(
-    candidates: np.ndarray, gains: np.ndarray, times: np.ndarray, eff: np.ndarray, pick: int
-) -> dict:
-    """Candidate table for the explanation; a sample around the pick when it is long."""
-    rows = np.arange(len(candidates))
-    if len(rows) > EXPLAIN_MAX_CANDIDATES:
-        half = EXPLAIN_MAX_CANDIDATES // 4
-        keep = {0, len(rows) - 1, *range(max(0, pick - half), min(len(rows), pick + half + 1))}
-        rows = np.array(sorted(keep))
-    return {
-        "candidates": candidates[rows].tolist(),
-        "gains": rounded(gains[rows]),
-        "times": rounded(times[rows]),
-        "efficiencies": rounded(eff[rows]),
-        "candidates_range": [int(candidates[0]), int(candidates[-1])],
-    }
+def greedy_addition(eff_next: np.ndarray, measured: float) -> int:
+    """How many sites the §4 scan adds: eff_next[j] is the projected efficiency with the
+    (j+1)-th site of the window added; add while it beats the measured efficiency, stop at
+    the first that does not."""
+    fails = np.flatnonzero(~(eff_next > measured))
+    return int(fails[0]) if len(fails) else int(len(eff_next))
 
 
-class PowerTrip(Policy):
+class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
     name = "powertrip"
     summary = (
         "power-to-cost ranking, bottom-up k: add the next site while its projected "
         "efficiency beats the measured one (paper §3.3-4)"
     )
     details = (
-        "k: k0 = max(2, 5 % of sites) in round 1, then the best projected efficiency "
-        "dA(k)/T(k) among k_cur and the next `window` ranked sites, taken only if it beats "
-        "the measured efficiency (Eq. 5). dA(k) = g * (1 + phi * ln(k/k_cur)), phi = "
-        "1 - g/g_peak (OUR CHOICE: more sites are worth more as gains decay, the paper's "
-        "Fig. 11); window = max(5 % of sites, k_cur) (OUR CHOICE); T(k) scaled to the last "
-        "measured round (calibrate, OUR CHOICE); an addition is held for trend_rounds rounds "
-        "and taken back if they measured a lower efficiency than the rounds before it; "
-        "shrink after `patience` rounds below half "
-        "the measured efficiency (OUR CHOICE of 'below'). gain=separable: the previous rule, "
-        "argmax g*log(1+k)/T(k), for the ablation."
+        "k: k0 = max(2, 2 % of sites) in round 1; then, from k_cur (k_cur - window once "
+        "`patience` rounds at k_cur measured an efficiency below the one before them), add "
+        "the next-ranked site while dA(k)/T(k) beats the measured efficiency (Eq. 5), "
+        "stopping at the first that does not, at most `window` sites (0: 5 % of sites) "
+        "above k_cur. dA(k) = g log(1+k)/log(1+k_cur), g the mean gain of the last "
+        "`trend_rounds` rounds; T(k) the request's estimator. Options off by default: "
+        "calibrate=1 (T-hat in measured units), rule=feedback (the previous rule)."
     )
     default_params = {
-        "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
-        "window": 0.0,  # 0: max(1, 5 % of the alive sites, and k_cur under gain=feedback)
+        "k0": 0.0,  # 0: max(2, 2 % of the alive sites); rule=feedback: max(2, 5 %)
+        "window": 0.0,  # 0: max(1, 5 % of the alive sites)
         "patience": 3.0,
         "trend_rounds": 3.0,
         "m_ref_gb": 1.5,
-        "gain": 0.0,  # 0 = feedback (default), 1 = separable (powertrip.policyparams)
-        "calibrate": 1.0,  # 1: scale T-hat to the last measured round time
+        "below_share": 1.0,  # a round counts towards patience below this share of E_meas
+        "calibrate": 0.0,  # 1: scale T-hat to the last measured round time (not the paper's)
+        "rule": 0.0,  # 0 = paper, 1 = feedback (powertrip.policyparams)
+        "gain": 0.0,  # rule=feedback only: 0 = feedback, 1 = separable
     }
     #: how the sites are ranked, for the explanation
     ranking = "power-to-cost score (Eq. 8)"
@@ -145,14 +110,18 @@ class PowerTrip(Policy):
         p = self.params(ctx)
         scores, ranked = self.rank(ctx, p)
         n = len(ranked)
-        k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
+        rule = decode("rule", p["rule"])
+        gain_rule = decode("gain", p["gain"]) if rule == "feedback" else "paper"
+        if p["k0"] > 0:
+            k0 = min(int(p["k0"]), n)
+        else:
+            k0 = powertrip_feedback.auto_k0(n) if rule == "feedback" else auto_k0(n)
         window = int(p["window"]) if p["window"] > 0 else auto_window(n)
         # T-hat(k) for every k at once: cumulative mean power and running max comm
         times = ctx.round_time_estimates(ranked)
         alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
         accuracies = [h.accuracy for h in ctx.history]
         stop = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
-        gain_rule = decode("gain", p["gain"])
         explanation: dict = {
             "rule": gain_rule,
             "ranking": self.ranking,
@@ -175,8 +144,10 @@ class PowerTrip(Policy):
             )
         elif gain_rule == "separable":
             k = self._separable(ctx, p, accuracies, times, window, n, explanation)
-        else:
+        elif gain_rule == "feedback":
             k = self._feedback(ctx, p, accuracies, times, window, n, explanation)
+        else:
+            k = self._paper(ctx, p, accuracies, times, window, n, explanation)
         if stop:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
@@ -190,152 +161,63 @@ class PowerTrip(Policy):
             stop=stop,
         )
 
-    # ---- gain=feedback (default) -------------------------------------------------------
-    def _feedback(self, ctx, p, accuracies, times, window, n, explanation) -> int:
+    # ---- rule=paper (default) ----------------------------------------------------------
+    def _paper(self, ctx, p, accuracies, times, window, n, explanation) -> int:
         k_cur = int(min(max(1, ctx.history[-1].k), n))
-        if p["window"] <= 0:
-            # OUR CHOICE: the window scales with k (up to doubling per round). The gain is
-            # logarithmic in k, so a fixed additive window shrinks in log terms as k grows,
-            # and a single straggler step in T(k) then freezes k for good.
-            window = max(window, k_cur)
-            explanation["window"] = window
         w = int(p["trend_rounds"])
         gains = gains_of(accuracies)
         measured_times = np.array([max(h.round_time_s, 1e-9) for h in ctx.history])
-        trends = trend_series(gains, w)
-        g = float(trends[-1])
-        phi = training_phase(trends)
+        ks = [int(h.k) for h in ctx.history]
+        changed = [j for j in range(1, len(ks)) if ks[j] != ks[j - 1]]
+        at_k_cur = len(ks) - (changed[-1] if changed else 0)  # rounds run at the current k
+        g = float(np.mean(gains[-w:]))
         e_meas = measured_efficiency(gains, measured_times, w)
-        below = rounds_below(gains, measured_times, w)
+        below = realised_below(gains, measured_times, w, p["below_share"], at_k_cur)
+        shrink = p["patience"] > 0 and below >= p["patience"] and k_cur > 1
+        bottom = max(1, k_cur - window) if shrink else k_cur
+        top = min(n, k_cur + window)
+        candidates = np.arange(bottom, top + 1)
         scale = 1.0
         if p["calibrate"] and times[k_cur - 1] > 0:
             scale = float(measured_times[-1] / times[k_cur - 1])
-        shrink = p["patience"] > 0 and below >= p["patience"] and k_cur > 1
-        ks = [int(h.k) for h in ctx.history]
-        recent = len(ks) - RETRY_AFTER_WINDOWS * w
-        failed = [b for b, at in failed_growths(ks, w) if at >= recent]
-        cap = min([n, *[b - 1 for b in failed]])
-        if shrink:
-            candidates = np.arange(max(1, k_cur - window), k_cur + 1)
-        else:
-            candidates = np.arange(k_cur, max(k_cur, min(cap, k_cur + window)) + 1)
         cand_times = times[candidates - 1] * scale
-        if g > 0:
-            cand_gains = projected_gain(g, phi, candidates, k_cur)
-        else:
-            # no gain to project: compare the shape of the gain model only
-            cand_gains = 1.0 + np.log(candidates / k_cur)
+        cand_gains = g * np.log1p(candidates) / math.log1p(k_cur)
         eff = cand_gains / cand_times
-        trial = last_growth(ks)
-        since = len(ks) - trial[0] if trial else 0
-        k_new = None
-        if shrink:
-            below_cur = eff[:-1]
-            pick = int(np.argmax(below_cur))  # argmax: first (smallest k) among ties
-            reason = (
-                f"realised efficiency below half the measured one for {below} round(s) "
-                f"(patience {p['patience']:g}): shrink to the best projected efficiency"
-            )
-        elif trial and since < w:
-            pick = 0
-            reason = f"measuring the last addition ({trial[1]} -> {trial[2]}): {since}/{w} rounds"
-        elif trial and since == w and self._addition_failed(gains, measured_times, trial[0], w):
-            pick, k_new = 0, min(trial[1], n)
-            c = trial[0]
-            before = measured_efficiency(gains[:c], measured_times[:c], w)
-            after = measured_efficiency(gains[c:], measured_times[c:], w)
-            reason = (
-                f"adding sites {trial[1]} -> {trial[2]} lowered the measured efficiency "
-                f"({before:.3g} -> {after:.3g} per s): back to {trial[1]}"
-            )
-        elif g <= 0:
-            pick = 0
-            reason = "no recent accuracy gain: hold k (nothing to project)"
+        if g <= 0:
+            added = 0
+            reason = "no recent accuracy gain: no site is projected to pay"
         else:
-            pick = best_in_window(eff, e_meas)
-            added = int(candidates[pick]) - k_cur
-            if added:
+            added = greedy_addition(eff[1:], e_meas)
+            if added == len(candidates) - 1 and added:
+                reason = f"every site of the window beat the measured efficiency: added {added}"
+            elif added:
                 reason = (
-                    f"added {added} site(s): the best projected efficiency in the window, "
-                    "above the measured one"
+                    f"added {added} site(s); the next one's projected efficiency "
+                    f"{eff[added + 1]:.3g}/s is not above the measured {e_meas:.3g}/s"
                 )
-            elif float(np.max(eff)) <= e_meas:
-                reason = "efficiency falling (no candidate beats the measured one): hold k"
+            elif len(candidates) > 1:
+                reason = (
+                    f"the next site's projected efficiency {eff[1]:.3g}/s is not above the "
+                    f"measured {e_meas:.3g}/s"
+                )
             else:
-                reason = "no larger k raises the projected efficiency: hold k"
+                reason = "no site left to add"
+        k = int(candidates[added])
+        if shrink:
+            reason = (
+                f"{below} round(s) at k={k_cur} below the measured efficiency (patience "
+                f"{p['patience']:g}): scan from k={bottom}; " + reason
+            )
+        else:
+            reason = f"from k={k_cur}: " + reason
         explanation.update(
             reason=reason,
             k_cur=k_cur,
             gain=float(f"{g:.6g}"),
-            gain_peak=float(f"{float(np.max(trends)):.6g}"),
-            phase=float(f"{phi:.6g}"),
             measured_efficiency=float(f"{e_meas:.6g}"),
             time_scale=float(f"{scale:.6g}"),
             rounds_below=below,
             may_shrink=bool(shrink),
-            failed_additions=failed,
-            **_explain_rows(candidates, cand_gains, cand_times, eff, pick),
+            **explain_rows(candidates, cand_gains, cand_times, eff, added),
         )
-        return int(candidates[pick]) if k_new is None else k_new
-
-    @staticmethod
-    def _addition_failed(gains: np.ndarray, times: np.ndarray, c: int, w: int) -> bool:
-        """True when the `w` rounds after an addition measured a lower efficiency (Eq. 5)
-        than the `w` rounds before it would have given by then: §4's comparison with the
-        previously measured performance, made once the addition has had `w` rounds to show.
-
-        Efficiency decays through training whatever k is, so the rounds before are carried
-        forward by the decay they showed against the `w` rounds before them (OUR CHOICE; a
-        factor in [0.5, 1], 1 when there is no earlier window). Without it every addition
-        late in training would look like a failure."""
-        before = measured_efficiency(gains[:c], times[:c], w)
-        after = measured_efficiency(gains[c : c + w], times[c : c + w], w)
-        decay = 1.0
-        if c >= 2 * w:
-            earlier = measured_efficiency(gains[: c - w], times[: c - w], w)
-            if earlier > 0 and before > 0:
-                decay = min(1.0, max(0.5, before / earlier))
-        return after < before * decay
-
-    # ---- gain=separable (the previous rule, for the ablation) --------------------------
-    def _separable(self, ctx, p, accuracies, times, window, n, explanation) -> int:
-        k_cur = int(min(max(1, ctx.history[-1].k), n))
-        gain = recent_gain(accuracies, int(p["trend_rounds"]))
-        stalled = rounds_without_gain(accuracies)
-        may_shrink = stalled >= p["patience"]
-        low = max(1, k_cur - window) if may_shrink else k_cur
-        high = min(n, k_cur + window)
-        candidates = np.arange(low, high + 1)
-        cand_times = times[candidates - 1]
-        per_worker = gain / math.log1p(k_cur)
-        gains = per_worker * np.log1p(candidates)
-        if gain > 0:
-            eff = gains / cand_times
-            pick = int(np.argmax(eff))
-            reason = "argmax projected gain / estimated round time"
-            if may_shrink:
-                reason += f" (shrinking allowed: {stalled} round(s) without gain)"
-        elif may_shrink:
-            eff = np.log1p(candidates) / cand_times
-            pick = int(np.argmax(eff))
-            reason = (
-                f"no recent gain for {stalled} round(s) (patience exhausted): "
-                "argmax log(1+k) / estimated round time, shrinking allowed"
-            )
-        else:
-            eff = gains / cand_times
-            pick = int(np.flatnonzero(candidates == k_cur)[0])
-            reason = (
-                f"no recent gain; hold k until patience runs out "
-                f"({stalled}/{p['patience']:g} round(s) without gain)"
-            )
-        explanation.update(
-            reason=reason,
-            k_cur=k_cur,
-            gain=float(f"{gain:.6g}"),
-            gain_per_worker=float(f"{per_worker:.6g}"),
-            rounds_without_gain=stalled,
-            may_shrink=bool(may_shrink),
-            **_explain_rows(candidates, gains, cand_times, eff, pick),
-        )
-        return int(candidates[pick])
+        return k
