@@ -330,6 +330,12 @@ def _add_reproduce_options(parser: argparse.ArgumentParser) -> None:
         help="make the planned runs and stop: no refinement, no deferred arms, no reports "
         "(what --jobs helpers do; for another process beside a running reproduce)",
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the runs still to make and their estimated wall time and CPU hours "
+        "(fitted on the finished runs in --out), then stop: nothing is run",
+    )
     parser.add_argument("--summary", help="also copy the summary table (claims.md) here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)

@@ -158,6 +158,15 @@ def main(args: Any) -> int:
     for name, why in unsupported.items():
         print(f"reproduce: set-up {name} is not run: {why}", file=sys.stderr)
     runs = [r for r in runs if r.variant not in unsupported]
+    if getattr(args, "plan", False):
+        from powertrip.experiments.cost import estimate, plan_lines
+
+        costs, fit = estimate(runs, out, base, force_workload=bool(args.workload))
+        cores = base.train_threads or os.cpu_count() or 1
+        print("\n".join(plan_lines(costs, fit, min(cores, os.cpu_count() or 1))))
+        print("plan: the refinement's midpoints and the deferred static-k* arms are planned "
+              "once the sweep they depend on has finished, and are not counted")  # fmt: skip
+        return 0
     from powertrip.workloads import get_workload
 
     resolved = base.resolved(get_workload(base.workload).defaults)

@@ -101,7 +101,7 @@ class VariantData:
         return {}
 
 
-def _fill(data: VariantData, out: Path, arms: Sequence[str], seeds: Sequence[int]) -> None:
+def fill_runs(data: VariantData, out: Path, arms: Sequence[str], seeds: Sequence[int]) -> None:
     for arm in arms:
         for seed in seeds:
             run = load_done(run_path(out, data.name, seed, arm))
@@ -131,11 +131,11 @@ def load_variant(
         grid=list(sweep),
         aliases=aliases,
     )
-    _fill(data, out, data.arms, seeds)
+    fill_runs(data, out, data.arms, seeds)
     data.seeds = [s for s in seeds if all(s in data.runs.get(a, {}) for a in data.arms)]
     if sweep and all(static_arm(k).name in data.arms for k in sweep):
         extra = refinement(data.runs, seeds, sweep)
-        _fill(data, out, [static_arm(k).name for k in extra], data.seeds)
+        fill_runs(data, out, [static_arm(k).name for k in extra], data.seeds)
         data.refined = [
             k
             for k in extra
@@ -171,7 +171,7 @@ def grid_refinement(
 ) -> list[int]:
     """refinement() of a set-up's finished grid runs on disk (the reproduce step)."""
     data = VariantData(variant, variant, [static_arm(k).name for k in grid])
-    _fill(data, out, data.arms, seeds)
+    fill_runs(data, out, data.arms, seeds)
     return refinement(data.runs, seeds, grid)
 
 

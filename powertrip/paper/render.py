@@ -20,8 +20,12 @@ from powertrip.report.result import RunResult
 
 def load_figure(out: Path, key: str, meta: Mapping[str, Any]) -> dict[str, VariantData]:
     """Every set-up of a figure with the runs its arms need ('static-k@V*' resolved from
-    V's finished sweep)."""
-    suite = module_of(key).SUITE
+    V's finished sweep). A module with its own `load(out, meta)` (held-out seeds) loads
+    its runs itself."""
+    module = module_of(key)
+    if hasattr(module, "load"):
+        return module.load(out, meta)
+    suite = module.SUITE
     seeds = list(meta.get("seeds") or [])
     sweep = list(meta.get("sweep_k") or [])
     num_sites = int((meta.get("base_config") or {}).get("num_sites") or 100)

@@ -1,0 +1,76 @@
+"""The held-out protocol (powertrip/paper/heldout.py): k* from the training seeds only,
+paired per-seed comparisons with a bootstrap CI, and the per-seed oracle."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from powertrip.experiments import reproduce as R
+from powertrip.paper import heldout as H
+from powertrip.report import claims as C
+from tests.unit.test_reproduce import made_up_sweep, write_run
+
+GRID = [2, 3, 5]
+
+
+def _world(tmp_path, pt_hours: dict[int, float], adaptive_hours: dict[int, float]):
+    # training seeds: k = 3 is fastest (0.9 h); held-out seeds: k = 5 is each seed's best
+    made_up_sweep(tmp_path, "uniform", list(H.TRAIN_SEEDS), {2: 1.2, 3: 0.9, 5: 1.0})
+    made_up_sweep(tmp_path, "uniform", list(H.HELDOUT_SEEDS), {2: 1.5, 3: 1.0, 5: 0.8})
+    for arm, hours in (("powertrip", pt_hours), ("adaptive", adaptive_hours)):
+        for seed, h in hours.items():
+            write_run(R.run_path(tmp_path, "uniform", seed, arm), arm, h, [(h, 0.5, 4)])
+    return H.load(tmp_path, {"sweep_k": GRID})
+
+
+def test_kstar_comes_from_the_training_seeds_and_the_oracle_from_each_heldout_seed(tmp_path):
+    d = _world(tmp_path, {s: 0.95 for s in H.HELDOUT_SEEDS}, {})
+    assert d["train"].kstar == 3 and d["train"].seeds == list(H.TRAIN_SEEDS)
+    v = d["heldout"]
+    assert v.kstar == 3 and v.seeds == list(H.HELDOUT_SEEDS) and v.sweep == GRID
+    k, sample = H.oracle(v, 7)
+    assert k == 5 and sample.value == pytest.approx((0.8 + 0.07) * 3600)
+
+
+def test_paired_comparison_against_kstar_and_oracle(tmp_path):
+    # PowerTrip 10 % faster than static k* = 3 on every held-out seed, slower than the oracle
+    pt = {s: (1.0 + s * 0.01) * 0.9 for s in H.HELDOUT_SEEDS}
+    d = _world(tmp_path, pt, {s: (1.0 + s * 0.01) * 1.02 for s in H.HELDOUT_SEEDS})
+    diffs, marks, seeds = H.comparison(d["heldout"], "powertrip", "kstar")
+    assert diffs == pytest.approx([-0.1] * 5) and marks == "" and seeds == list(H.HELDOUT_SEEDS)
+    rows = {r.claim: r for r in H.claims(d, {})}
+    assert rows["powertrip against static k* = 3 (chosen on seeds 0-4), held-out seeds"].holds == (
+        "faster"
+    )
+    oracle_row = rows["powertrip against each held-out seed's own best static k, held-out seeds"]
+    assert oracle_row.holds == "slower"
+    adaptive = rows["adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
+    assert adaptive.holds == "within 5 %" and adaptive.ours.startswith("+2.0%")
+
+
+def test_bootstrap_ci_brackets_the_mean_and_needs_two_seeds():
+    mean, low, high = H.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1])
+    assert mean == pytest.approx(-0.03) and low < mean < high
+    assert H.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1]) == (mean, low, high)  # seeded
+    one = H.paired_bootstrap([0.3])
+    assert one[0] == 0.3 and math.isnan(one[1])
+    assert H.verdict(*H.paired_bootstrap([0.3, 0.2, 0.25]), "") == "slower"
+    assert H.verdict(*H.paired_bootstrap([-0.3, 0.4, 0.0]), "") == "level (CI wide)"
+
+
+def test_a_cut_off_run_is_a_bound_and_can_make_the_verdict_unclear():
+    a, b = C.Sample(3600.0, False), C.Sample(1800.0, True)
+    assert H.relative(a, b) == (pytest.approx(1.0), ">")
+    assert H.verdict(0.5, 0.2, 0.9, ">") == "slower"
+    assert H.verdict(-0.5, -0.9, -0.2, "<") == "faster"
+    assert H.verdict(0.5, 0.2, 0.9, "<") == "unclear"  # a bound from below: slower unknown
+
+
+def test_the_heldout_report_renders_a_table_and_a_plot(tmp_path):
+    d = _world(tmp_path, {s: 0.9 for s in H.HELDOUT_SEEDS}, {s: 0.85 for s in H.HELDOUT_SEEDS})
+    (table,) = H.table(d, {})
+    assert len(table.rows) == 5 and table.rows[0][4].startswith("k = 5")
+    (png,) = H.plots(d, tmp_path / "fig", {})
+    assert png.stat().st_size > 0
