@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from powertrip import footprint, policyparams
-from powertrip.profiles import DISTANCE_DISTRIBUTIONS, PopulationSpec
+from powertrip.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS, PopulationSpec
 from powertrip.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
@@ -32,6 +32,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "power": POWER_MODES,
     "trainer": TRAINERS,
     "distance_distribution": DISTANCE_DISTRIBUTIONS,
+    "link_model": LINK_MODELS,
 }
 
 
@@ -50,7 +51,11 @@ RUN_LIMITS = frozenset({"max_rounds", "max_sim_hours"})
 
 #: settings added after runs were stored, with their defaults: a stored configuration without
 #: one ran as its default says, so finished runs (results/reproduce/) stay finished
-LATER_SETTINGS: dict[str, Any] = {**footprint.SETTINGS, "fused_sgd": False}
+LATER_SETTINGS: dict[str, Any] = {
+    **footprint.SETTINGS,
+    "fused_sgd": False,
+    "link_model": "inverse",
+}
 _ABSENT = object()
 
 
@@ -99,7 +104,12 @@ class RunConfig:
     eval_samples: int | None = None
     min_distance_miles: float = 100.0
     max_distance_miles: float = 10_000.0
-    reference_bandwidth_gbps: float = 10.0  # at 100 miles; bandwidth ~ 1/distance
+    #: B_ref (ours: the paper gives no link speeds): under link_model "inverse" the bandwidth
+    #: at 100 miles, falling as 1/distance; under "fig5" the flat bandwidth within 1,000 miles
+    reference_bandwidth_gbps: float = 10.0
+    #: "inverse": bandwidth ~ 1/distance (paper §5.1); "fig5": flat within 1,000 miles, then
+    #: ~ 1/distance (paper Fig. 5 as §5.3 describes it); powertrip/profiles.py has both
+    link_model: str = "inverse"
     #: "calibrated": 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
     #: (powertrip/profiles.py has the formula)
     distance_distribution: str = "calibrated"
@@ -298,6 +308,7 @@ class RunConfig:
             max_distance_miles=self.max_distance_miles,
             distance_distribution=self.distance_distribution,
             reference_bandwidth_bytes_per_s=self.reference_bandwidth_gbps * 1e9 / 8,
+            link_model=self.link_model,
             min_power=self.min_power,
             max_power=self.max_power,
             gpus_per_site=self.gpus_per_site,

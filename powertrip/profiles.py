@@ -13,9 +13,22 @@ which gives P(D_i <= R) = s exactly. With R = `radius_miles` = 1000 and s = `rad
 (s, R, D_min, D_max), never hard-coded, so the calibration holds for any range that contains
 R. `distance_distribution="uniform"` (gamma = 1) keeps the plain U[D_min, D_max] draw.
 
-Links. Bandwidth falls inversely with distance (§5.1 text, Fig. 5):
-B_i = B_ref * D_ref / D_i, 10 Gbit/s at 100 miles by default; propagation runs at fibre
-speed (`timemodel.propagation_delay_s`).
+Links. Two link models (`link_model`), both with propagation at fibre speed
+(`timemodel.propagation_delay_s`) and Eq. 3's delay T_comm,i = D_i / c + M / B_i:
+
+* "inverse" (the default): B_i = B_ref * D_ref / D_i. From §5.1: bandwidth "is set to be
+  inversely proportional to its distance". Ours: B_ref = 10 Gbit/s at D_ref = 100 miles
+  (the paper gives no link speeds). Both M / B_i = M D_i / (B_ref D_ref) and D_i / c are
+  linear in D_i, so this model's delay is a straight line in distance.
+* "fig5": B_i = B_ref * K / max(D_i, K), with the knee K = `link_knee_miles`. Flat (= B_ref)
+  within K, from §5.3: the 1,000-mile radius was chosen because Fig. 5 "shows the bandwidth
+  remains relatively constant in this radius"; 1/D beyond K, from §5.1's "inversely
+  proportional". The delay is then about M / B_ref inside K and grows with slope
+  M / (B_ref K) + 1/c beyond it: convex with a kink at K, the "increases non-linearly with
+  distance" of §5.1 (Fig. 5, right axis). Ours: B_ref = 10 Gbit/s (the flat speed; D_ref is
+  not used) and K = 1,000 miles (the §5.3 radius; the paper gives neither a knee nor a
+  speed). With these numbers fig5's links are K / D_ref = 10x faster than inverse's at and
+  beyond the knee.
 
 Power. Each site's power fraction is U[min_power, max_power], U[0.1, 1.0] by default
 (uniform power mode; trace mode replaces it in the profiler). min_power = max_power = 1 gives
@@ -39,6 +52,8 @@ from powertrip.timemodel import propagation_delay_s
 
 #: "calibrated": u**gamma, 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
 DISTANCE_DISTRIBUTIONS = ("calibrated", "uniform")
+#: "inverse": B = B_ref D_ref / D (paper §5.1); "fig5": flat within the knee, then 1/D (Fig. 5)
+LINK_MODELS = ("inverse", "fig5")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,10 @@ class PopulationSpec:
     #: bandwidth at `reference_distance_miles`; B_i = B_ref * D_ref / D_i
     reference_bandwidth_bytes_per_s: float = 1.25e9  # 10 Gbit/s at 100 miles
     reference_distance_miles: float = 100.0
+    #: how bandwidth falls with distance: LINK_MODELS, see the module docstring
+    link_model: str = "inverse"
+    #: "fig5": bandwidth is B_ref up to this distance, B_ref * knee / D beyond it (ours)
+    link_knee_miles: float = 1000.0
     min_power: float = 0.1
     max_power: float = 1.0
     gpus_per_site: int = 8
@@ -82,6 +101,12 @@ class PopulationSpec:
                 )
         if self.reference_bandwidth_bytes_per_s <= 0:
             raise ValueError("reference_bandwidth_bytes_per_s must be > 0")
+        if self.link_model not in LINK_MODELS:
+            raise ValueError(
+                f"link_model must be one of {', '.join(LINK_MODELS)}, got {self.link_model!r}"
+            )
+        if self.link_knee_miles <= 0:
+            raise ValueError(f"link_knee_miles must be > 0, got {self.link_knee_miles}")
         if not 0 < self.min_power <= self.max_power <= 1:
             raise ValueError(
                 "min_power, max_power: must satisfy 0 < min_power <= max_power <= 1, got "
@@ -137,6 +162,25 @@ def site_index(site: str) -> int:
     return int(number)
 
 
+def link_bandwidth(spec: PopulationSpec, distance_miles: np.ndarray | float) -> np.ndarray:
+    """Bytes/s of a link `distance_miles` long under the spec's link model (module
+    docstring): "inverse" B_ref D_ref / D; "fig5" B_ref K / max(D, K)."""
+    distance = np.asarray(distance_miles, dtype=np.float64)
+    if spec.link_model == "fig5":
+        knee = spec.link_knee_miles
+        return spec.reference_bandwidth_bytes_per_s * knee / np.maximum(distance, knee)
+    if spec.link_model != "inverse":
+        raise ValueError(
+            f"link_model must be one of {', '.join(LINK_MODELS)}, got {spec.link_model!r}"
+        )
+    # the arithmetic of the populations made before link_model existed, bit for bit
+    return (
+        spec.reference_bandwidth_bytes_per_s
+        * spec.reference_distance_miles
+        / np.maximum(distance, 1e-9)
+    )
+
+
 def generate_population(spec: PopulationSpec) -> list[Site]:
     """The spec's sites, a pure function of the spec (the seed above all)."""
     gamma = distance_exponent(spec)  # validates the spec
@@ -147,11 +191,7 @@ def generate_population(spec: PopulationSpec) -> list[Site]:
     # populations made before the calibrated default, bit for bit
     distance = spec.min_distance_miles + span * (u if gamma == 1.0 else u**gamma)
     power = rng.uniform(spec.min_power, spec.max_power, spec.num_sites)
-    bandwidth = (
-        spec.reference_bandwidth_bytes_per_s
-        * spec.reference_distance_miles
-        / np.maximum(distance, 1e-9)
-    )
+    bandwidth = link_bandwidth(spec, distance)
     return [
         Site(
             site_id=site_id(i),

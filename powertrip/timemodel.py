@@ -167,7 +167,12 @@ class RoundTime:
 
 
 def round_time(sites: Sequence[SiteTime], aggregation_s: float = 0.0) -> RoundTime:
-    """max_{i in S}(compute_i + T_comm,i) + aggregation time (paper Eq. 7, synchronous)."""
+    """max_{i in S}(compute_i + T_comm,i) + aggregation time: the clock's synchronous round.
+
+    Not the paper's Eq. 7, which adds the parts separately, T_comp(S) + max_{i in S}
+    T_comm,i (Eq. 4). Ours charges the straggler: each site's own compute plus its own
+    communication, the slowest sum setting the pace, so a slow-computing near site and a
+    fast-computing far one are not charged as if they were one site (OUR CHOICE)."""
     if not sites:
         raise ValueError("a round needs at least one site")
     straggler = max(sites, key=lambda s: (s.total_s, s.site_id))

@@ -1,4 +1,4 @@
-"""`powertrip reproduce`: plan, execute and render the paper's evaluation (§5, Figs. 6-14).
+"""`powertrip reproduce`: plan, execute and render the paper's evaluation (§5, Figs. 5-14).
 
 What each figure needs (set-ups, arms, claims, plots) lives in `powertrip.paper`, one module
 per figure; `powertrip.experiments.plan` turns figures into runs; this module executes what

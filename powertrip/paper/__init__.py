@@ -1,8 +1,9 @@
-"""The paper's evaluation, one module per figure (§5: Figs. 6-14) plus our ablation.
+"""The paper's evaluation, one module per figure (§5: Figs. 5-14) plus our ablation.
 
 Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's text),
 the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
-meta)`, and optionally `table(data, meta)` to replace the default times table. This
+meta)`, and optionally `table(data, meta)` to replace the default times table (titled
+`TABLE_TITLE`) and `NOTES` for a figure without set-ups (Fig. 5 needs no runs). This
 registry maps a figure key to its module; `powertrip.experiments.reproduce` plans and runs
 from it and `powertrip.paper.render` renders from it. Nothing here imports reproduce.
 """
@@ -14,6 +15,7 @@ from types import ModuleType
 from powertrip.experiments.suite import Suite, Variant
 from powertrip.paper import (
     ablation,
+    fig05,
     fig06_07,
     fig08,
     fig09,
@@ -26,6 +28,7 @@ from powertrip.paper import (
 
 #: in the order reports and the summary list them
 MODULES: tuple[ModuleType, ...] = (
+    fig05,
     fig06_07,
     fig08,
     fig09,
@@ -37,8 +40,10 @@ MODULES: tuple[ModuleType, ...] = (
     ablation,
 )
 
-#: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs
+#: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Fig. 5
+#: needs none (it is computed from the base config's site population)
 FIGURES: dict[str, ModuleType] = {
+    "5": fig05,
     "6": fig06_07,
     "7": fig06_07,
     "8": fig08,

@@ -126,14 +126,16 @@ def render_figure(out: Path, key: str, meta: Mapping[str, Any]) -> Path:
             f"{title}: {suite.title}",
             paper=suite.paper,
             images=images,
-            notes=[f"Set-up(s): {'; '.join(d.label for d in data.values())}."],
+            notes=[f"Set-up(s): {'; '.join(d.label for d in data.values())}."]
+            if data
+            else list(getattr(module, "NOTES", ())),
         ),
         Section(
             "Claims",
             tables=[claims_table(rows)],
             notes=["Also written to claims.csv. Generated from the runs; not edited by hand."],
         ),
-        Section("Times per policy", tables=tables),
+        Section(getattr(module, "TABLE_TITLE", "Times per policy"), tables=tables),
         Section("How it was run", notes=how_notes(meta, data)),
     ]
     return write_html(fig_dir, f"PowerTrip reproduction: {title.lower()}", sections)
@@ -161,7 +163,7 @@ def how_notes(meta: Mapping[str, Any], data: Mapping[str, VariantData]) -> list[
         f"Time model: {base.get('comm_directions')} transfer(s) charged per round "
         f"(Eq. 3: 1 = the update to the aggregator), work model {base.get('work_model')}, "
         f"PowerTrip's estimator {base.get('estimator')}, {base.get('distance_distribution')} "
-        f"distances, {base.get('clock')} clock.",
+        f"distances, {base.get('link_model', 'inverse')} link model, {base.get('clock')} clock.",
         f"Runs are in runs/<set-up>/seed<s>/<policy>/ (rounds.csv, decisions.jsonl with the "
         f"shadow decisions, summary.json); `powertrip report <run dir>` renders one. "
         f"{meta.get('cores')} CPU cores.",

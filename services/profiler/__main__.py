@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         "(overrides the config's distance_distribution)",
     )
     parser.add_argument(
+        "--link-model",
+        help="bandwidth against distance: inverse (B_ref x 100 mi / D, paper §5.1) or fig5 "
+        "(flat within 1,000 miles, then 1/D; paper Fig. 5) (overrides the config's link_model)",
+    )
+    parser.add_argument(
         "--min-power", type=float, help="lowest power fraction drawn (overrides the config)"
     )
     parser.add_argument(
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             num_sites=args.sites,
             seed=args.seed,
             distance_distribution=args.distance_distribution,
+            link_model=args.link_model,
             min_power=args.min_power,
             max_power=args.max_power,
         ).validate()

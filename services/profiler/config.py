@@ -30,7 +30,8 @@ class ProfilerConfig:
         cls, run: RunConfig, latency_scale: float = 1.0, bandwidth_scale: float = 1.0
     ) -> ProfilerConfig:
         """Everything population-related comes from `RunConfig.population_spec`, so the
-        distance distribution and the power range of the run reach the served sites."""
+        distance distribution, the link model and the power range of the run reach the
+        served sites."""
         return cls(
             population=run.population_spec(),
             power=run.power,

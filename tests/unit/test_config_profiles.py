@@ -161,3 +161,22 @@ def test_every_choice_setting_names_its_values_wherever_it_is_read(name):
             read()
     with pytest.raises(ConfigError, match=name):  # and a config built in code
         RunConfig(**{name: "nope"}).validate()
+
+
+def test_link_model_is_a_choice_and_stored_runs_without_it_ran_inverse():
+    from powertrip.config import LATER_SETTINGS, experiment_differences
+
+    assert FIELD_CHOICES["link_model"] == ("inverse", "fig5")
+    with pytest.raises(ConfigError, match="link_model must be one of inverse, fig5"):
+        RunConfig().with_settings(["link_model=linear"])
+    fig5 = RunConfig().with_settings(["link_model=fig5"]).validate()
+    assert fig5.population_spec() == PopulationSpec(link_model="fig5", gpus_per_site=32)
+    from services.profiler.config import ProfilerConfig
+
+    assert ProfilerConfig.from_run_config(fig5).population.link_model == "fig5"
+    # a run stored before link_model existed counts as inverse, not as a different set-up
+    assert LATER_SETTINGS["link_model"] == "inverse"
+    stored = RunConfig().to_dict()
+    del stored["link_model"]
+    assert experiment_differences(stored, RunConfig().to_dict()) == []
+    assert experiment_differences(stored, fig5.to_dict()) == ["link_model"]

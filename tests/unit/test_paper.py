@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from powertrip import paper
-from powertrip.paper import FIGURES, MODULES, SUITES, fig06_07, fig08, fig09, fig10
+from powertrip.paper import FIGURES, MODULES, SUITES, fig05, fig06_07, fig08, fig09, fig10
 from powertrip.paper.ablation import table as ablation_table
 from powertrip.paper.common import (
     AccuracyAt,
@@ -26,11 +26,11 @@ PAPER_DIR = Path(paper.__file__).parent
 
 
 # ---- registry and layering -------------------------------------------------------------
-def test_registry_has_figures_6_to_14_and_the_ablation():
-    assert set(FIGURES) == {*(str(n) for n in range(6, 15)), "ablation"}
-    assert list(SUITES) == ["6-7", "8", "9", "10", "11", "12", "13", "14", "ablation"]
-    for module in MODULES:
-        assert module.SUITE.variants, module.__name__
+def test_registry_has_figures_5_to_14_and_the_ablation():
+    assert set(FIGURES) == {*(str(n) for n in range(5, 15)), "ablation"}
+    assert list(SUITES) == ["5", "6-7", "8", "9", "10", "11", "12", "13", "14", "ablation"]
+    for module in MODULES:  # Fig. 5 alone is computed from the population, without runs
+        assert bool(module.SUITE.variants) == (module is not fig05), module.__name__
     # every set-up a figure uses is introduced by some figure (Fig. 11 reads Figs. 6-7's)
     introduced = {v.name for module in MODULES for v in module.VARIANTS}
     for module in MODULES:
@@ -383,3 +383,34 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     if figure == "ablation":
         assert "static-k* time (h), k = 5" in html
         assert "nothing (same settings as uniform)" in html  # the made-up runs flip nothing
+
+
+@pytest.mark.parametrize("link_model", ["inverse", "fig5"])
+def test_fig5_renders_from_the_population_alone(tmp_path, link_model):
+    """No run directories: the figure, its table and claims come from the base config."""
+    from powertrip.config import RunConfig
+    from powertrip.paper.render import render_all
+
+    base = RunConfig(link_model=link_model, update_size_gb=1.5).to_dict()
+    meta = {"seeds": [0], "sweep_k": [], "base_config": base, "cores": 2}
+    reports = render_all(tmp_path, ["5"], meta)
+    assert reports["5"] == tmp_path / "fig5" / "report.html"
+    png = tmp_path / "fig5" / "fig5_links.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = reports["5"].read_text()
+    assert "fig5_links.png" in html and "Bandwidth and delay at sample distances" in html
+    holds = {r["claim"]: r["holds"] for r in C.read_claims_csv(tmp_path / "fig5" / "claims.csv")}
+    flat, inverse, nonlinear = (
+        holds["bandwidth remains relatively constant within 1,000 miles (§5.3)"],
+        holds['bandwidth is "inversely proportional to its distance" (§5.1)'],
+        holds['the total delay "increases non-linearly with distance" (§5.1)'],
+    )
+    # each link model meets the paper's words its docstring claims, and says which it does not
+    if link_model == "fig5":
+        assert (flat, inverse, nonlinear) == ("yes", "no", "yes")
+    else:
+        assert (flat, inverse, nonlinear) == ("no", "yes", "no")
+    # the table lists both models: 10 Gbit/s flat to 1,000 miles under fig5, 1 at 1,000 under
+    # inverse
+    rows = {r[0]: r for r in fig05.table({}, meta)[0].rows}
+    assert rows["1,000"][1] == "1" and rows["1,000"][3] == "10" and rows["10,000"][3] == "1"

@@ -1,5 +1,6 @@
 """The site population against the paper: distances calibrated to Fig. 9 (22 of 100 sites
-within 1,000 miles), bandwidth ~ 1/distance (§5.1, Fig. 5), power range, and seeding."""
+within 1,000 miles), bandwidth ~ 1/distance (§5.1) or flat within 1,000 miles and 1/distance
+beyond (link_model fig5, Fig. 5), power range, and seeding."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import pytest
 
 from powertrip.config import ConfigError, RunConfig
 from powertrip.profiles import (
+    LINK_MODELS,
     PopulationSpec,
     distance_exponent,
     generate_population,
+    link_bandwidth,
     share_within,
 )
 from powertrip.rpc.channels import open_channel
+from powertrip.timemodel import propagation_delay_s
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
@@ -194,3 +198,76 @@ def test_profiler_process_serves_the_configured_population(service_factory, tmp_
     )
     assert [s.distance_miles for s in served["flags"]] == [s.distance_miles for s in calibrated]
     assert all(0.2 <= s.power_fraction <= 0.4 for s in served["flags"])
+
+
+# ---- link models -----------------------------------------------------------------------
+def _delay_s(spec: PopulationSpec, miles: np.ndarray, update_bytes: float = 1.5e9) -> np.ndarray:
+    """Eq. 3 along a grid of distances: D / c + M / B(D)."""
+    propagation = np.array([propagation_delay_s(float(d)) for d in miles])
+    return propagation + update_bytes / link_bandwidth(spec, miles)
+
+
+def test_inverse_is_the_default_and_unchanged_bit_for_bit():
+    assert PopulationSpec().link_model == RunConfig().link_model == "inverse"
+    assert LINK_MODELS == ("inverse", "fig5")
+    for seed in range(20):
+        for distribution in ("calibrated", "uniform"):
+            spec = PopulationSpec(seed=seed, distance_distribution=distribution)
+            sites = generate_population(spec)
+            d = np.array([s.distance_miles for s in sites])
+            before = 1.25e9 * 100.0 / np.maximum(d, 1e-9)  # the formula before link_model
+            assert [s.bandwidth_bytes_per_s for s in sites] == [float(b) for b in before]
+            assert sites == generate_population(
+                PopulationSpec(seed=seed, distance_distribution=distribution, link_model="inverse")
+            )
+
+
+def test_fig5_bandwidth_is_flat_within_1000_miles_and_falls_as_1_over_d_beyond():
+    spec = PopulationSpec(link_model="fig5")
+    assert spec.link_knee_miles == 1000.0
+    inside = np.linspace(100, 1000, 50)
+    beyond = np.linspace(1000, 10_000, 50)
+    np.testing.assert_array_equal(link_bandwidth(spec, inside), 1.25e9)
+    assert np.all(np.diff(link_bandwidth(spec, beyond)) < 0)
+    np.testing.assert_allclose(link_bandwidth(spec, beyond) * beyond, 1.25e9 * 1000, rtol=1e-12)
+    for seed in range(20):
+        sites = generate_population(PopulationSpec(seed=seed, link_model="fig5"))
+        plain = generate_population(PopulationSpec(seed=seed))
+        # the same sites (distances, powers); only the links differ
+        assert [s.distance_miles for s in sites] == [s.distance_miles for s in plain]
+        assert [s.power_fraction for s in sites] == [s.power_fraction for s in plain]
+        for s in sites:
+            expected = 1.25e9 if s.distance_miles <= 1000 else 1.25e9 * 1000 / s.distance_miles
+            assert s.bandwidth_bytes_per_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_fig5_delay_grows_non_linearly_inverse_delay_is_a_straight_line():
+    miles = np.linspace(100, 10_000, 100)
+    fig5 = _delay_s(PopulationSpec(link_model="fig5"), miles)
+    inverse = _delay_s(PopulationSpec(), miles)
+    assert np.all(np.diff(fig5) > 0) and np.all(np.diff(inverse) > 0)  # both increase
+    # fig5: a convex kink at the knee (second difference > 0 there, >= 0 everywhere) ...
+    second = np.diff(fig5, 2)
+    assert np.all(second > -1e-9)
+    assert second.max() > 100 * np.abs(np.diff(inverse, 2)).max()
+    knee = int(np.searchsorted(miles, 1000))  # a grid point: 100, 200, ..., 10,000 miles
+    assert miles[knee] == 1000 and int(np.argmax(second)) == knee - 1  # centred on the knee
+    assert second[knee - 1] > 0.1  # the slope grows by M / (B_ref K) = 1.2 ms/mile there
+    slope_in = (fig5[knee - 1] - fig5[0]) / (miles[knee - 1] - miles[0])
+    slope_out = (fig5[-1] - fig5[knee]) / (miles[-1] - miles[knee])
+    assert slope_out > 50 * slope_in
+    # ... while under inverse both D/c and M/B = M D / (B_ref D_ref) are linear in D
+    chord = inverse[0] + (inverse[-1] - inverse[0]) * (miles - miles[0]) / (miles[-1] - miles[0])
+    np.testing.assert_allclose(inverse, chord, rtol=1e-9)
+
+
+def test_a_bad_link_model_is_refused_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="link_model must be one of inverse, fig5, got 'cubic'"):
+        generate_population(PopulationSpec(link_model="cubic"))
+    with pytest.raises(ValueError, match="link_knee_miles must be > 0"):
+        PopulationSpec(link_model="fig5", link_knee_miles=0).validate()
+    with pytest.raises(ConfigError, match="link_model must be one of inverse, fig5, got 'cubic'"):
+        RunConfig.from_mapping({"link_model": "cubic"})
+    with pytest.raises(ConfigError, match="link_model must be one of inverse, fig5"):
+        RunConfig(link_model="cubic").validate()
+    assert RunConfig.from_mapping({"link_model": "fig5"}).population_spec().link_model == "fig5"
