@@ -24,6 +24,7 @@ from powertrip.paper import (
     fig12,
     fig13,
     fig14,
+    heldout,
 )
 
 #: in the order reports and the summary list them
@@ -38,6 +39,7 @@ MODULES: tuple[ModuleType, ...] = (
     fig13,
     fig14,
     ablation,
+    heldout,
 )
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Fig. 5
@@ -54,6 +56,7 @@ FIGURES: dict[str, ModuleType] = {
     "13": fig13,
     "14": fig14,
     "ablation": ablation,
+    "heldout": heldout,
 }
 
 #: canonical key ('6-7', '8', ..., 'ablation') -> suite
