@@ -25,7 +25,15 @@ GB = 1e9
 #: runs with different k do the same work per round and compare directly. The aggregator's
 #: clock and the policy's estimate both read it here.
 DP_REFERENCE_SITES = 10
-WORK_MODELS = ("local-steps", "data-parallel")
+#: The power-split work model's round (paper Eq. 7 read as a split of the global batch):
+#: every selected site runs local_steps steps, site i on b_i of the round's global batch
+#: B = batch_size x DP_REFERENCE_SITES samples, b_i proportional to p_i (OUR CHOICE: B is a
+#: constant of the work model, not a run setting, so 10 full-power sites each get batch_size
+#: as under the other models, and the policy's estimate needs nothing beyond tau). A step's
+#: time is linear in its batch (OUR CHOICE), so tau_B, the full-power time of local_steps
+#: steps on batch B, is tau x B / batch_size = DP_REFERENCE_SITES x tau; site i computes for
+#: tau_B (b_i / B) / p_i, which is tau_B / sum(p) when b_i / B = p_i / sum(p) exactly.
+WORK_MODELS = ("local-steps", "data-parallel", "power-split")
 
 
 def propagation_delay_s(distance_miles: float, speed_m_per_s: float = FIBER_SPEED_M_PER_S) -> float:
@@ -212,14 +220,17 @@ def prefix_round_time_estimates(
     """T(k) for every k = 1..N over a ranked list, vectorised (cumulative mean/max).
 
     Under the data-parallel work model every selected site computes for about
-    W tau_step / sum(p) = DP_REFERENCE_SITES tau / sum(p_top-k) (Eq. 7), whichever estimator."""
+    W tau_step / sum(p) = DP_REFERENCE_SITES tau / sum(p_top-k) (Eq. 7), whichever estimator.
+    Under power-split it computes for tau_B / sum(p_top-k), tau_B = DP_REFERENCE_SITES tau
+    the full-power time of the global batch (see WORK_MODELS): the same number, exact up to
+    the rounding of the batches to integers."""
     if estimator not in ("paper", "clock"):
         raise ValueError(f"estimator must be one of 'paper', 'clock'; got {estimator!r}")
     if work_model not in WORK_MODELS:
         raise ValueError(f"work_model must be one of {', '.join(WORK_MODELS)}; got {work_model!r}")
     powers_ranked = np.asarray(powers_ranked, dtype=np.float64)
     comm_ranked = np.asarray(comm_ranked, dtype=np.float64)
-    if work_model == "data-parallel":
+    if work_model in ("data-parallel", "power-split"):
         compute = DP_REFERENCE_SITES * tau_s / np.cumsum(powers_ranked)
         return compute + np.maximum.accumulate(comm_ranked)
     if estimator == "paper":

@@ -26,6 +26,8 @@ class ModelRound(NamedTuple):
     timing: RoundTime
     times: list[SiteTime]
     steps: dict[str, int]  # each site's local steps
+    #: each site's batch where the work model sets it (power-split); None: the run's
+    batches: dict[str, int] | None = None
 
 
 def simulated_time(
@@ -43,6 +45,7 @@ def simulated_time(
             [selection.power_cap],
             local_steps=run.local_steps,
             tau_s=run.tau_s,
+            batch_size=run.batch_size,
         )
         comm = [0.0]
     else:
@@ -53,6 +56,7 @@ def simulated_time(
             [prof.power_fraction for prof in profs],
             local_steps=run.local_steps,
             tau_s=run.tau_s,
+            batch_size=run.batch_size,
         )
         _, comm_s = site_comm_s(
             [prof.latency_s for prof in profs],
@@ -63,7 +67,14 @@ def simulated_time(
         comm = comm_s.tolist()  # Python floats, as the records have always held
     times = [SiteTime(w.site_id, w.compute_s, c) for w, c in zip(work, comm, strict=True)]
     timing = round_time(times, aggregation_s=run.aggregation_s)
-    return ModelRound(timing.round_time_s, timing, times, {w.site_id: w.steps for w in work})
+    batches = {w.site_id: w.batch_size for w in work if w.batch_size is not None}
+    return ModelRound(
+        timing.round_time_s,
+        timing,
+        times,
+        {w.site_id: w.steps for w in work},
+        batches or None,
+    )
 
 
 def measured_time(

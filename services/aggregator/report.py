@@ -108,6 +108,11 @@ def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
         # each site's share of W, as asked and as its worker reports having trained
         decision["local_steps"] = done.steps
         decision["trained_steps"] = {s: progress.steps[s] for s in sorted(progress.steps)}
+    if run.work_model == "power-split":
+        # each site's batch b_i of B, as asked, and the FedAvg weight it got (H x b_i)
+        tasks = sorted(progress.tasks.values(), key=lambda t: t.site_id)
+        decision["batch_size"] = {t.site_id: t.batch_size for t in tasks}
+        decision["fedavg_weight"] = dict(sorted(progress.fedavg_weights.items()))
     if run.clock == "wall":
         decision["model_round_time_s"] = done.model_round_s
     return decision

@@ -49,6 +49,7 @@ from services.aggregator.stopping import (
     stop_reason,
 )
 from services.aggregator.tasks import round_tasks
+from services.aggregator.workmodel import fedavg_weights
 
 log = logging.getLogger("aggregator")
 #: consecutive empty rounds before the run gives up (each one marks its sites dead first)
@@ -145,17 +146,25 @@ class RoundLoop:
 
     # ---- one round ---------------------------------------------------------------------
     def dispatch(
-        self, round_no: int, selection: policy_pb2.Selection, steps: dict[str, int] | None = None
+        self,
+        round_no: int,
+        selection: policy_pb2.Selection,
+        steps: dict[str, int] | None = None,
+        batches: dict[str, int] | None = None,
     ) -> RoundInProgress:
-        """Hand each selected site its task (see tasks.py) and open the round for uploads."""
+        """Hand each selected site its task (see tasks.py) and open the round for uploads.
+        Where the work model sets the batches (power-split), FedAvg weighs each site by the
+        samples its task trains on (workmodel.fedavg_weights) instead of its data size."""
         version = self.state.model_version
         order = list(selection.site_ids)
         audit = self.audit.open_round(round_no, order, version) if self.audit else None
+        tasks = round_tasks(self.run, round_no, selection, version, steps or {}, batches)
         progress = RoundInProgress(
             round=round_no,
             model_version=version,
-            tasks=round_tasks(self.run, round_no, selection, version, steps or {}),
+            tasks=tasks,
             fedavg=RoundAccumulator(order, self.state.weights, audit),
+            fedavg_weights=fedavg_weights(tasks.values()) if batches else {},
         )
         self.state.install_round(progress)
         return progress
@@ -192,7 +201,7 @@ class RoundLoop:
         if reason:
             self.result.stopped_reason = reason
             return True
-        trained = self._train(round_no, selection, planned.steps, wall_start, wall)
+        trained = self._train(round_no, selection, planned.steps, wall_start, wall, planned.batches)
         wall_round_s = wall.round_s = time.monotonic() - wall_start
         footprint = self.accounting.round(
             selection, planned, profiles_by_id, trained.progress, self.state.model_bytes,
@@ -242,11 +251,12 @@ class RoundLoop:
         steps: dict[str, int],
         wall_start: float,
         wall: WallTimes,
+        batches: dict[str, int] | None = None,
     ) -> TrainedRound:
         """Dispatch, collect, average, evaluate, and install the new model; each phase's
         seconds go to `wall`."""
         dispatch_start = time.monotonic()
-        progress = self.dispatch(round_no, selection, steps)
+        progress = self.dispatch(round_no, selection, steps, batches)
         dispatched_at = time.monotonic()
         self.collect(progress)
         collected_at = time.monotonic()

@@ -95,6 +95,9 @@ class RoundInProgress:
     #: per accepted site: its training samples, and the joules NVML measured (when sent)
     num_samples: dict[str, int] = field(default_factory=dict)
     energy_j: dict[str, float] = field(default_factory=dict)
+    #: site id -> its FedAvg weight where the work model sets it (power-split: the samples
+    #: its task trains on, local_steps x its batch); other sites weigh by num_samples
+    fedavg_weights: dict[str, float] = field(default_factory=dict)
     #: site id -> its latest upload of this round that is streaming or was cut mid-stream
     #: (held for a resume); gone once complete or rejected, all dropped at the round's close
     partials: dict[str, PartialUpload] = field(default_factory=dict)

@@ -16,9 +16,12 @@ def round_tasks(
     selection: policy_pb2.Selection,
     model_version: int,
     steps: Mapping[str, int],
+    batches: Mapping[str, int] | None = None,
 ) -> dict[str, aggregator_pb2.Task]:
     """task_id -> task for every selected site. `steps` gives a site's local steps where
-    the work model varies them (data-parallel), else the site runs the run's local_steps."""
+    the work model varies them (data-parallel), else the site runs the run's local_steps;
+    `batches` its batch where the work model varies it (power-split), else the run's."""
+    batches = batches or {}
     pooled = selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED
     tasks = {}
     for site in selection.site_ids:
@@ -30,7 +33,7 @@ def round_tasks(
             model_version=model_version,
             local_steps=steps.get(site, run.local_steps),
             lr=run.lr,
-            batch_size=run.batch_size,
+            batch_size=batches.get(site, run.batch_size),
             seed=site_seed(run.seed, round_no, site_index(site)),
             data_scope=(
                 aggregator_pb2.DATA_SCOPE_POOLED if pooled else aggregator_pb2.DATA_SCOPE_SITE

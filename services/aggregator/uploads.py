@@ -354,7 +354,8 @@ class DeltaReceiver:
                 )
             current.accepting.add(site)
         try:
-            current.fedavg.add(site, arrays, float(header.num_samples))
+            weight = current.fedavg_weights.get(site, float(header.num_samples))
+            current.fedavg.add(site, arrays, weight)
         except BaseException:
             with self.state.lock:
                 current.accepting.discard(site)

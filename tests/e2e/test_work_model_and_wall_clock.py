@@ -69,6 +69,39 @@ def test_data_parallel_splits_the_work_and_more_power_computes_faster(tmp_path):
     assert low_p < high_p and high_compute < low_compute
 
 
+def test_power_split_splits_the_batch_and_more_power_computes_faster(tmp_path):
+    runs = []
+    for k in (2, 8):
+        rows, decisions, summary = _run(
+            tmp_path / f"ps{k}", "--policy", "static", "--param", f"k={k}", "--max-rounds", "1",
+            "--set", "work_model=power-split",
+        )  # fmt: skip
+        assert summary["work_model"] == "power-split"
+        config = yaml.safe_load((tmp_path / f"ps{k}" / "config.yaml").read_text())
+        B = config["batch_size"] * DP_REFERENCE_SITES  # the round's global batch
+        power = {s["site_id"]: s["power_fraction"] for s in summary["sites"]}
+        row, decision = rows[0], decisions[0]
+        sites = row["sites"].split(";")
+        batches = decision["batch_size"]
+        # every site got its batch, >= 1, in proportion to power, B in all; FedAvg weighed
+        # each delta by local_steps x its batch
+        assert set(batches) == set(sites) and sum(batches.values()) == B
+        total_power = sum(power[s] for s in sites)
+        for site in sites:
+            assert batches[site] >= 1
+            assert abs(batches[site] - B * power[site] / total_power) < 1
+        assert decision["fedavg_weight"] == {
+            s: float(config["local_steps"] * b) for s, b in batches.items()
+        }
+        # compute = tau_B / sum p up to rounding, tau_B = DP_REFERENCE_SITES x tau
+        compute = float(row["compute_s"])
+        assert compute == pytest.approx(DP_REFERENCE_SITES * config["tau_s"] / total_power,
+                                        rel=0.1)  # fmt: skip
+        runs.append((total_power, compute))
+    (low_p, low_compute), (high_p, high_compute) = sorted(runs)
+    assert low_p < high_p and high_compute < low_compute
+
+
 def test_wall_clock_breakdown_is_measured(tmp_path):
     out = tmp_path / "wall"
     rows, decisions, summary = _run(

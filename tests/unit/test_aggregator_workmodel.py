@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from powertrip.config import ConfigError, RunConfig
 from powertrip.runfiles import ROUND_COLUMNS, round_columns
-from powertrip.v1 import common_pb2
+from powertrip.timemodel import WORK_MODELS, prefix_round_time_estimates, site_comm_s
+from powertrip.v1 import aggregator_pb2, common_pb2, policy_pb2
+from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.checkpoint_store import restore_site_ids
+from services.aggregator.clock import simulated_time
 from services.aggregator.records import (
     RoundRow,
     RunRecorder,
@@ -19,12 +24,19 @@ from services.aggregator.records import (
     round_sites,
 )
 from services.aggregator.run_result import LoopResult
+from services.aggregator.state import AggregatorState, RoundInProgress
+from services.aggregator.tasks import round_tasks
+from services.aggregator.uploads import DeltaReceiver
 from services.aggregator.workmodel import (
     DP_REFERENCE_SITES,
     data_parallel_split,
     data_parallel_total_steps,
+    fedavg_weights,
     local_steps_split,
     measured_breakdown,
+    power_split,
+    power_split_global_batch,
+    split_batch,
     split_work,
 )
 
@@ -76,6 +88,175 @@ def test_data_parallel_invariants(powers, local_steps, tau_s):
         assert w.compute_s == pytest.approx(w.steps * step_s / p)
         if w.steps > 1:  # off the floor: within half a step (at its power) of W tau_step/sum p
             assert abs(w.compute_s - ideal) <= 0.5 * step_s / p + 1e-9 * ideal
+
+
+# ---- power-split (Eq. 7 as a split of the global batch) -------------------------------
+def test_power_split_by_hand():
+    # B = 20 x 10 = 200, sum p = 2: b = 200 x [1, .5, .25, .25] / 2 = 100, 50, 25, 25 exactly;
+    # tau_B = 10 x 30 = 300 s, so every site computes for 300 / 2 = 150 s
+    ids = ["a", "b", "c", "d"]
+    work = power_split(ids, [1.0, 0.5, 0.25, 0.25], local_steps=5, tau_s=30.0, batch_size=20)
+    assert power_split_global_batch(20) == 200
+    assert [(w.site_id, w.steps, w.batch_size) for w in work] == [
+        ("a", 5, 100), ("b", 5, 50), ("c", 5, 25), ("d", 5, 25),
+    ]  # fmt: skip
+    assert [w.compute_s for w in work] == pytest.approx([150.0] * 4)
+    # 10 full-power sites: each gets batch_size and computes for tau, as under local-steps
+    ten = power_split([f"s{i}" for i in range(10)], [1.0] * 10, local_steps=5, tau_s=30.0,
+                      batch_size=20)  # fmt: skip
+    assert [w.batch_size for w in ten] == [20] * 10
+    assert [w.compute_s for w in ten] == pytest.approx([30.0] * 10)
+
+
+def test_power_split_compute_falls_as_power_is_added():
+    computes = []
+    for powers in ([0.5], [0.5, 0.5], [0.5, 0.5, 1.0], [1.0] * 8):
+        ids = [f"s{i}" for i in range(len(powers))]
+        work = power_split(ids, powers, local_steps=10, tau_s=60.0, batch_size=20)
+        assert all(w.steps == 10 for w in work)  # every site runs H steps, whatever k
+        computes.append(max(w.compute_s for w in work))
+        assert computes[-1] == pytest.approx(10 * 60.0 / sum(powers))  # tau_B / sum p
+    assert computes == sorted(computes, reverse=True) and len(set(computes)) == len(computes)
+
+
+def test_split_batch_rounding():
+    # quotas 200 x [.5, .3, .2] ... = exact; 10 x [1, 1, 1] / 3 = 3.33 each: 4, 3, 3 (ties: first)
+    assert split_batch(10, [1.0, 1.0, 1.0]) == [4, 3, 3]
+    # largest remainder: quotas 7 x [.6, .25, .15] = 4.2, 1.75, 1.05 -> 4, 2, 1
+    assert split_batch(7, [0.6, 0.25, 0.15]) == [4, 2, 1]
+    # a weak site's quota below 1 is floored to 1 and the rest re-shared among the others
+    assert split_batch(10, [1.0, 1.0, 0.01]) == [5, 4, 1]
+    # k >= B: one sample each (sum k; B is out of reach when k > B)
+    assert split_batch(3, [1.0, 0.5, 0.1]) == [1, 1, 1]
+    assert split_batch(2, [1.0, 0.5, 0.1]) == [1, 1, 1]
+    with pytest.raises(ValueError, match="power"):
+        split_batch(10, [1.0, 0.0])
+    with pytest.raises(ValueError, match="at least one"):
+        split_batch(10, [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    powers=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=60),
+    global_batch=st.integers(1, 400),
+)
+def test_split_batch_invariants(powers, global_batch):
+    b = split_batch(global_batch, powers)
+    assert len(b) == len(powers) and all(isinstance(x, int) and x >= 1 for x in b)
+    if len(powers) <= global_batch:
+        assert sum(b) == global_batch
+    else:
+        assert b == [1] * len(powers)
+    # batches follow the power shares: a stronger site never gets less, and a site off the
+    # floor is within one sample of its quota among the sites off the floor
+    by_power = sorted(range(len(b)), key=lambda i: powers[i])
+    for weaker, stronger in zip(by_power, by_power[1:], strict=False):
+        if powers[stronger] > powers[weaker]:
+            assert b[stronger] >= b[weaker]
+    off = [i for i in range(len(b)) if b[i] > 1]
+    if off:
+        left = global_batch - (len(b) - len(off))
+        total = sum(powers[i] for i in off)
+        for i in off:
+            assert abs(b[i] - left * powers[i] / total) < 1 + 1e-9
+
+
+def _run(work_model: str) -> RunConfig:
+    return RunConfig(work_model=work_model, update_size_gb=1.5, lr=0.1, batch_size=20,
+                     local_steps=5, tau_s=30.0, eval_samples=100)  # fmt: skip
+
+
+def _profiles(powers, latencies, bandwidths):
+    return {
+        f"site-{i:03d}": common_pb2.SiteProfile(
+            site_id=f"site-{i:03d}", power_fraction=p, latency_s=lat, bandwidth_bytes_per_s=bw
+        )
+        for i, (p, lat, bw) in enumerate(zip(powers, latencies, bandwidths, strict=True))
+    }
+
+
+def test_power_split_estimate_matches_the_clock_for_exact_shares():
+    """The policy's prefix estimate (compute tau_B / sum p_top-k + running max comm) is what
+    the aggregator's clock charges when b_i / B = p_i / sum p exactly."""
+    run = _run("power-split")
+    # B = 200; the shares of the first 1, 2, 3, 5 sites are whole (200, 100+100, 80+80+40,
+    # 50+50+25+25+50); those of the first 4 (sum p 3) are not
+    powers = [1.0, 1.0, 0.5, 0.5, 1.0]
+    lat, bw = [0.01, 0.02, 0.005, 0.03, 0.04], [1e9, 2e8, 5e8, 1e8, 3e8]
+    profiles = _profiles(powers, lat, bw)
+    _, comm = site_comm_s(lat, bw, run.update_size_bytes, run.comm_directions)
+    estimate = prefix_round_time_estimates(
+        run.tau_s, np.array(powers), comm, "paper", work_model="power-split"
+    )
+    tau_b, batch = DP_REFERENCE_SITES * run.tau_s, power_split_global_batch(run.batch_size)
+    for k in range(1, len(powers) + 1):
+        ids = list(profiles)[:k]
+        planned = simulated_time(run, policy_pb2.Selection(site_ids=ids), profiles)
+        charged = planned.round_s - run.aggregation_s  # the straggler's compute + comm
+        assert planned.steps == dict.fromkeys(ids, run.local_steps)
+        assert sum(planned.batches.values()) == batch
+        if k != 4:
+            assert charged == pytest.approx(estimate[k - 1])
+            assert planned.timing.compute_s == pytest.approx(tau_b / sum(powers[:k]))
+        else:  # rounding to whole samples: off by at most one sample at the site's power
+            assert abs(charged - estimate[k - 1]) <= tau_b / batch / min(powers[:k])
+    # every selected site computes for tau_B / sum p, whichever estimator the policy uses
+    assert prefix_round_time_estimates(
+        run.tau_s, np.array(powers), comm, "clock", work_model="power-split"
+    ) == pytest.approx(estimate)  # fmt: skip
+
+
+def test_power_split_tasks_carry_batches_and_fedavg_follows_them():
+    run = _run("power-split")
+    profiles = _profiles([1.0, 0.5, 0.5], [0.01] * 3, [1e9] * 3)
+    selection = policy_pb2.Selection(site_ids=list(profiles))
+    planned = simulated_time(run, selection, profiles)
+    assert planned.batches == {"site-000": 100, "site-001": 50, "site-002": 50}
+    tasks = round_tasks(run, 1, selection, 0, planned.steps, planned.batches)
+    by_site = {t.site_id: t for t in tasks.values()}
+    assert {s: (t.local_steps, t.batch_size) for s, t in by_site.items()} == {
+        "site-000": (5, 100), "site-001": (5, 50), "site-002": (5, 50),
+    }  # fmt: skip
+    weights = fedavg_weights(tasks.values())
+    assert weights == {"site-000": 500.0, "site-001": 250.0, "site-002": 250.0}
+    # the weight the aggregator hands FedAvg is H b_i, not the num_samples the site reports
+    state = AggregatorState(list(profiles))
+    template = {"w": np.zeros(1, dtype=np.float32)}
+    state.current = RoundInProgress(
+        round=1, model_version=0, tasks=tasks,
+        fedavg=RoundAccumulator(list(profiles), template), fedavg_weights=weights,
+    )  # fmt: skip
+    receiver = DeltaReceiver(state, metrics=None)
+    for task, value in zip(tasks.values(), (1.0, 0.0, 0.0), strict=True):
+        header = aggregator_pb2.DeltaHeader(
+            task_id=task.task_id, site_id=task.site_id, round=1, num_samples=300, steps=5
+        )
+        receiver._accept(header, {"w": np.full(1, value, dtype=np.float32)}, received=4)
+    # deltas 1, 0, 0 weighted 500, 250, 250 average to 0.5 (data sizes 300 each: 1/3)
+    assert state.current.fedavg.result()["w"][0] == pytest.approx(0.5)
+    assert state.current.num_samples == dict.fromkeys(profiles, 300)
+
+
+def test_other_work_models_keep_the_run_batch_and_data_size_weights():
+    for model in ("local-steps", "data-parallel"):
+        run = _run(model)
+        profiles = _profiles([1.0, 0.5], [0.01] * 2, [1e9] * 2)
+        selection = policy_pb2.Selection(site_ids=list(profiles))
+        planned = simulated_time(run, selection, profiles)
+        assert planned.batches is None
+        tasks = round_tasks(run, 1, selection, 0, planned.steps, planned.batches)
+        assert {t.batch_size for t in tasks.values()} == {20}
+
+
+def test_work_model_choices_are_listed():
+    assert WORK_MODELS == ("local-steps", "data-parallel", "power-split")
+    RunConfig(work_model="power-split").validate()
+    with pytest.raises(ConfigError, match="local-steps, data-parallel, power-split"):
+        RunConfig(work_model="magic").validate()
+    with pytest.raises(ValueError, match="local-steps.*data-parallel.*power-split"):
+        prefix_round_time_estimates(1.0, np.ones(2), np.zeros(2), work_model="magic")
+    with pytest.raises(ValueError, match="batch_size"):
+        split_work("power-split", ["a"], [1.0], local_steps=1, tau_s=1.0)
 
 
 def test_local_steps_model_is_unchanged():

@@ -74,6 +74,26 @@ def test_paper_and_clock_estimators():
         tm.prefix_round_time_estimates(tau, p, c, "magic")
 
 
+def test_power_split_prefix_estimate():
+    # compute tau_B / sum(p_top-k), tau_B = DP_REFERENCE_SITES x tau = 600 s, + running max comm
+    tau = 60.0
+    p = np.array([1.0, 0.5, 0.25])
+    c = np.array([10.0, 20.0, 5.0])
+    want = [600 / 1.0 + 10, 600 / 1.5 + 20, 600 / 1.75 + 20]
+    for estimator in ("paper", "clock"):
+        got = tm.prefix_round_time_estimates(tau, p, c, estimator, work_model="power-split")
+        assert got == pytest.approx(want)
+    # compute falls as the selected sites' power grows (Eq. 7)
+    compute = tm.prefix_round_time_estimates(tau, p, np.zeros(3), work_model="power-split")
+    assert np.all(np.diff(compute) < 0)
+    # the local-steps estimate is untouched by the third model
+    assert tm.prefix_round_time_estimates(tau, p, c) == pytest.approx(
+        [70, 60 / 0.75 + 20, 60 / (1.75 / 3) + 20]
+    )
+    with pytest.raises(ValueError, match="local-steps, data-parallel, power-split"):
+        tm.prefix_round_time_estimates(tau, p, c, work_model="magic")
+
+
 def test_data_parallel_compute():
     # 100 steps of 0.5 s over total power 2.5 -> 20 s
     assert tm.data_parallel_compute_time_s(100, 0.5, [1.0, 1.0, 0.5]) == 20

@@ -96,3 +96,9 @@ def test_seeds_and_batches():
     assert site_seed(1, 2, 3) == site_seed(1, 2, 3) != site_seed(1, 2, 4)
     ix = batch_indices(7, steps=4, batch_size=5, seed=0)
     assert ix.shape == (4, 5) and ix.max() < 7
+    # a batch larger than the site's data (power-split can ask for one) takes whole seeded
+    # epochs in turn: every sample is used, none more than once more than any other
+    big = batch_indices(7, steps=3, batch_size=20, seed=0)
+    assert big.shape == (3, 20) and set(big.ravel()) == set(range(7))
+    counts = np.bincount(big.ravel(), minlength=7)
+    assert counts.max() - counts.min() <= 1
