@@ -3,11 +3,13 @@
 A study states its number of runs and its CPU hours up front. The estimate is fitted on the
 finished runs already in the output directory, on this machine: each round's wall time
 (wall.csv) against its number of sites k (rounds.csv), wall_round ~ a + b k (a: the
-evaluation and the round's fixed work; b: one site's local training). A planned run is then
-charged its expected rounds times a + b k, with k and the rounds taken from the finished
-runs of the same arm (static k: its k; any other policy: its mean k) and, where there are
-none, k from the arm and `max_rounds` rounds: an upper bound. Wall seconds of one run are
-CPU seconds times the cores a run uses, so the total is given in both.
+evaluation and the round's fixed work; b: one site's local training), over the runs whose
+sites train 10 steps of batch 20. A planned run is charged its expected rounds times
+a + b' k, b' = b scaled by its own local_steps x batch_size against those 200 samples, with
+k and the rounds taken from the finished runs of the same arm (static k: its k; any other
+policy: its mean k) and, where there are none, k from the arm and `max_rounds` rounds: an
+upper bound. a is not scaled: a larger evaluation set costs more than it says. Wall seconds
+of one run are CPU seconds times the cores a run uses, so the total is given in both.
 """
 
 from __future__ import annotations
@@ -31,6 +33,20 @@ from powertrip.experiments.suite import RunSpec
 FALLBACK_ROUND_S = (1.6, 0.14)
 #: k assumed for a policy with no finished run to learn its mean k from
 UNKNOWN_K = 10
+#: samples a site trains per round in the runs the fit reads (10 local steps of batch 20);
+#: a planned run with more or less local work has its per-site cost b scaled by the ratio
+REFERENCE_SITE_WORK = 200
+
+
+def _site_work(run: Path) -> int | None:
+    """local_steps x batch_size of a finished run, from its stored configuration."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run / runfiles.CONFIG).read_text()) or {}
+        return int(config["local_steps"]) * int(config["batch_size"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,8 @@ def round_cost_fit(run_dirs: Iterable[Path]) -> tuple[float, float, int]:
     rounds; the fallback when fewer than 10 rounds or a single k were seen."""
     ks, walls = [], []
     for run in run_dirs:
+        if _site_work(run) not in (None, REFERENCE_SITE_WORK):
+            continue  # a site-round of other work: not on the same line
         rounds = {r["round"]: r for r in _rows(run / runfiles.ROUNDS)}
         for row in _rows(run / runfiles.WALL):
             match = rounds.get(row.get("round", ""))
@@ -122,7 +140,8 @@ def estimate(
         n_rounds = float(config.max_rounds)
         if rounds:
             n_rounds = min(statistics.median(rounds), n_rounds)
-        wall = n_rounds * (a + b * float(k))
+        scale = config.local_steps * config.batch_size / REFERENCE_SITE_WORK
+        wall = n_rounds * (a + b * scale * float(k))
         costs.append(RunCost(spec, float(k), n_rounds, wall, measured=bool(rounds)))
     return costs, fit
 
