@@ -26,6 +26,7 @@ from powertrip.paper import (
     fig13,
     fig14,
     heldout,
+    tau_sweep,
 )
 
 #: in the order reports and the summary list them
@@ -42,6 +43,7 @@ MODULES: tuple[ModuleType, ...] = (
     fig14,
     ablation,
     heldout,
+    tau_sweep,
 )
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Fig. 5
@@ -60,6 +62,7 @@ FIGURES: dict[str, ModuleType] = {
     "14": fig14,
     "ablation": ablation,
     "heldout": heldout,
+    "tau": tau_sweep,
 }
 
 #: canonical key ('6-7', '8', ..., 'ablation') -> suite

@@ -27,10 +27,11 @@ PAPER_DIR = Path(paper.__file__).parent
 
 # ---- registry and layering -------------------------------------------------------------
 def test_registry_has_figures_5_to_14_and_the_ablation():
-    assert set(FIGURES) == {*(str(n) for n in range(5, 15)), "11-regime", "ablation", "heldout"}
+    beyond = ("11-regime", "ablation", "heldout", "tau")
+    assert set(FIGURES) == {*(str(n) for n in range(5, 15)), *beyond}
     assert list(SUITES) == [
         *("5", "6-7", "8", "9", "10", "11", "11-regime", "12", "13", "14"),
-        *("ablation", "heldout"),
+        *("ablation", "heldout", "tau"),
     ]
     for module in MODULES:  # Fig. 5 alone is computed from the population, without runs
         assert bool(module.SUITE.variants) == (module is not fig05), module.__name__

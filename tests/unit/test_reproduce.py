@@ -95,7 +95,7 @@ def test_parse_figures():
     assert R.parse_figures("ablation") == ["ablation"]
     assert R.parse_figures("5") == ["5"]
     assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
-    allowed = "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout"
+    allowed = "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
     with pytest.raises(R.ReproduceError, match=allowed):
         R.parse_figures("4")
 
@@ -336,7 +336,7 @@ def test_figure_keys_6_and_7_select_one_module():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--figure", "4"], "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout or all"),
+        (["--figure", "4"], "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau or all"),
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--k", "500"], "--k values must be in 1..100"),
         (["--k", "x"], "--k must be comma-separated integers"),
