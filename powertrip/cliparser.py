@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(compare)
     compare.add_argument(
         "--policies",
-        help=f"comma-separated policy names (default {','.join(DEFAULT_COMPARISON)})",
+        help="comma-separated policy names, each optionally with its own parameters after "
+        "colons, e.g. powertrip,adaptive,static:k=3 (a run directory static-k3) "
+        f"(default {','.join(DEFAULT_COMPARISON)})",
     )
     _add_time_budget_option(compare)
     compare.add_argument(

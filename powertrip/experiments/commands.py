@@ -9,11 +9,12 @@ import json
 import shutil
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from powertrip import runfiles
+from powertrip import policyparams, runfiles
 from powertrip.config import ConfigError, RunConfig, experiment_differences
 from powertrip.experiments.launcher import Deployment
 from powertrip.experiments.runner import UNBOUNDED_ROUNDS, RunOutcome, policy_names, run_once
@@ -56,13 +57,47 @@ def _check_policies(deployment: Deployment, wanted: list[str]) -> None:
 
 
 # ---- checks before anything is created or started ---------------------------------------
-def compare_policies(args: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True)
+class PolicySpec:
+    """One entry of `compare --policies`: a policy name, optionally with its own parameters
+    after a colon (`static:k=3`, `powertrip:rule=feedback:calibrate=1`), so one comparison
+    can hold a policy twice with different parameters. The text is the row's label."""
+
+    text: str
+    policy: str
+    params: dict[str, float]
+
+    @property
+    def dirname(self) -> str:
+        """The run directory: the name alone, or `static-k3` for `static:k=3`."""
+        parts = [self.policy, *(f"{k}{v:g}" for k, v in self.params.items())]
+        return "-".join(parts)
+
+
+def parse_policy_spec(text: str) -> PolicySpec:
+    name, *pairs = text.split(":")
+    params: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UnknownPolicy(
+                f"--policies: {text!r}: a parameter is written NAME=VALUE after a colon, "
+                f"e.g. static:k=3"
+            )
+        try:
+            params[key.strip()] = policyparams.encode(key.strip(), value)
+        except ValueError as exc:
+            raise UnknownPolicy(f"--policies: {text!r}: {exc}") from None
+    return PolicySpec(text, name.strip(), params)
+
+
+def compare_policies(args: argparse.Namespace) -> list[PolicySpec]:
     """The policies `compare` runs, in order (--policies or the paper's set)."""
     text = args.policies if args.policies is not None else ",".join(DEFAULT_COMPARISON)
     policies = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     if not policies:
         raise UnknownPolicy(f"--policies: no policy named in {text!r}; see `powertrip policies`")
-    return policies
+    return [parse_policy_spec(p) for p in policies]
 
 
 def sweep_ks(args: argparse.Namespace, config: RunConfig) -> list[int]:
@@ -123,7 +158,8 @@ def preflight(config: RunConfig, args: argparse.Namespace) -> None:
     if command == "run":
         check_policy_names([config.policy], params)
     elif command == "compare":
-        check_policy_names(compare_policies(args), params)
+        for spec in compare_policies(args):
+            check_policy_names([spec.policy], [*params, *spec.params])
         if args.budget_factor is not None and args.budget_factor < 0:
             raise ConfigError(
                 f"--budget-factor: must be >= 0 (0 = no cut-off), got {args.budget_factor:g}"
@@ -137,7 +173,7 @@ def preflight(config: RunConfig, args: argparse.Namespace) -> None:
         raise ConfigError(f"--out {out}: exists and is not a directory")
     if out and command in ("compare", "sweep"):
         names = (
-            compare_policies(args)
+            [spec.dirname for spec in compare_policies(args)]
             if command == "compare"
             else [f"k{k}" for k in sweep_ks(args, config)]
         )
@@ -313,15 +349,15 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
     best: float | None = None
     with contextlib.ExitStack() as stack:
         runner = _Runner(out, args, stack)
-        for policy in policies:
-            run_config = dataclasses.replace(
-                config, policy=policy, policy_params=dict(config.policy_params)
-            )
+        for spec in policies:
+            params = {**config.policy_params, **spec.params}
+            run_config = dataclasses.replace(config, policy=spec.policy, policy_params=params)
             if factor and best is not None:
                 cap_h = factor * best / 3600
                 if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
                     run_config.max_sim_hours = cap_h
-            outcome = runner.run(f"policy {policy}", run_config, out / policy)
+            label = spec.text if spec.params else ""
+            outcome = runner.run(f"policy {spec.text}", run_config, out / spec.dirname, label=label)
             _print_summary(outcome)
             if outcome.time_to_target_s is not None:
                 best = (
@@ -329,7 +365,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                     if best is None
                     else min(best, outcome.time_to_target_s)
                 )
-    runs = [load_run(out / p) for p in policies]
+    runs = [load_run(out / p.dirname, label=p.text if p.params else "") for p in policies]
     objective = getattr(args, "objective", None) or "time"
     write_comparison(out, runs, objective)
     print()

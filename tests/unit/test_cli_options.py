@@ -144,6 +144,9 @@ def test_training_samples_match_the_loaded_data():
     [
         ("compare", ["--policies", "static,nope"], ["unknown policy nope"]),
         ("compare", ["--policies", " , "], ["--policies: no policy named"]),
+        ("compare", ["--policies", "static:k"], ["a parameter is written NAME=VALUE"]),
+        ("compare", ["--policies", "static:nope=1"], ["unknown parameter(s) nope"]),
+        ("compare", ["--policies", "powertrip:rule=x"], ["rule: 'x' is not one of paper"]),
         ("compare", ["--budget-factor", "-1"], ["--budget-factor: must be >= 0"]),
         ("sweep", ["--k", "3,0"], ["--k values must be in 1..6"]),
         ("sweep", ["--k", "a"], ["--k must be comma-separated integers"]),
@@ -252,6 +255,22 @@ def test_compare_reuses_finished_runs_and_resumes_an_interrupted_one(tmp_path):
     assert rounds["static"].stat().st_mtime_ns == before["static"][0]
     assert rounds["all"].read_bytes() == before["all"][1]
     assert json.loads((out / "all" / "summary.json").read_text())["status"] == "done"
+
+
+@pytest.mark.slow
+def test_compare_runs_one_policy_twice_with_its_own_parameters(tmp_path):
+    out = tmp_path / "cmp"
+    argv = [
+        sys.executable, "-m", "powertrip.cli", "compare", "--workload", "synthetic",
+        "--policies", "static:k=2,static:k=5", "--sites", "8", "--max-rounds", "2",
+        "--out", str(out), "--quiet",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for k in (2, 5):
+        rounds = (out / f"static-k{k}" / "rounds.csv").read_text().splitlines()
+        assert rounds[1].split(",")[3] == str(k)  # the k column: each run its own k
+        assert f"static:k={k}" in done.stdout  # the table's label
 
 
 def test_load_config_rejects_a_bad_set_before_validation():
