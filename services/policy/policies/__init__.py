@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from services.policy.policies.adaptive import Adaptive
 from services.policy.policies.all_sites import AllSites
 from services.policy.policies.base import (
     CENTRALIZED,
@@ -26,6 +27,7 @@ REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (
         PowerTrip,
+        Adaptive,
         StaticK,
         RandomK,
         Centralized,

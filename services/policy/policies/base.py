@@ -243,6 +243,14 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "pacer_step": (_whole(1), "a whole number >= 1"),
     "pacer_delta": (lambda v: 0 <= v <= 100, "in [0, 100]"),
     "cutoff": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "fit_rounds": (_whole(3), "a whole number >= 3"),
+    "half_life": (lambda v: v > 0, "> 0 (rounds)"),
+    "probe_factor": (lambda v: 1 <= v <= 4, "in [1, 4]"),
+    "probe_pct": (lambda v: 0 <= v <= 100, "in [0, 100]"),
+    "probe_cost": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "probe_margin": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "probe_rounds": (_whole(1), "a whole number >= 1"),
+    "probe_backoff": (_whole(0), "a whole number >= 0"),
     # named choices (powertrip.policyparams): their index on the wire
     **{name: _choice_rule(names) for name, names in CHOICES.items()},
 }

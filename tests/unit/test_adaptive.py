@@ -1,0 +1,320 @@
+"""The `adaptive` policy on hand-made histories and on a simulated run loop where the right
+answer is known: how the gain depends on k is chosen here, the policy has to learn it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from powertrip.timemodel import prefix_round_time_estimates
+from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
+from services.policy.policies.adaptive import failed_trials, fit_gain, growth_cap, last_growth
+from services.policy.policies.base import PastRound
+
+GB = 1e9
+TAU = 60.0
+AGGREGATION_S = 1.0  # what the clock adds to every round beyond the estimate
+CEILING = 0.9
+
+
+def gentle_table(n: int = 40) -> SiteTable:
+    """Sites ranked by index (power falls, distance rises), so T(k) rises gently with k:
+    each extra site costs a little time, none is free."""
+    power = 1.0 - 0.012 * np.arange(n)
+    distance = 500.0 + np.arange(n)
+    return SiteTable.build(
+        ids=[f"site-{i:03d}" for i in range(n)],
+        power=power,
+        distance_miles=distance,
+        latency_s=distance / 124_188,
+        bandwidth_bytes_per_s=np.full(n, 1e9),
+        update_size_bytes=1.5 * GB,
+        directions=2,
+    )
+
+
+def ctx(table, history=(), **kw) -> Context:
+    return Context(table=table, update_size_bytes=1.5 * GB, tau_s=TAU, history=tuple(history), **kw)
+
+
+def clock_time(table: SiteTable, order: np.ndarray, work_model: str = "local-steps") -> float:
+    """What the simulated clock charges for a round of these sites."""
+    estimates = prefix_round_time_estimates(
+        TAU, table.power[order], table.comm_s[order], "clock", work_model
+    )
+    return float(estimates[-1]) + AGGREGATION_S
+
+
+def saturating(rate):
+    """A round's gain: the share rate(k) of what is left below the ceiling."""
+    return lambda k, accuracy: (CEILING - accuracy) * min(0.9, rate(k))
+
+
+FLAT = saturating(lambda k: 0.05)
+RISING = saturating(lambda k: 0.03 * (1 + 0.5 * math.log(k)))
+
+
+def simulate(gain, rounds, policy="adaptive", params=None, table=None, until=None):
+    """The run loop in miniature: decide, charge the clock, gain, record. Returns the k of
+    every round, the decisions and the simulated time at which `until` was reached."""
+    table = table or gentle_table()
+    history: list[PastRound] = []
+    accuracy, clock, reached = 0.0, 0.0, math.inf
+    ks, decisions = [], []
+    for r in range(1, rounds + 1):
+        d = get_policy(policy).select(ctx(table, history, round=r, params=params or {}))
+        accuracy += gain(d.k, accuracy)
+        seconds = clock_time(table, d.order)
+        clock += seconds
+        if until is not None and accuracy >= until and reached == math.inf:
+            reached = clock
+        history.append(PastRound(r, d.k, accuracy, seconds))
+        ks.append(d.k)
+        decisions.append(d)
+    return ks, decisions, reached
+
+
+def history_at(ks, gain=RISING, table=None) -> list[PastRound]:
+    """Rounds run at the given k, gains and times as the simulated clock gives them."""
+    table = table or gentle_table()
+    out, accuracy = [], 0.0
+    for r, k in enumerate(ks, start=1):
+        accuracy += gain(k, accuracy)
+        out.append(PastRound(r, k, accuracy, clock_time(table, np.arange(k))))
+    return out
+
+
+# ---- the probe and its check ------------------------------------------------------------
+
+
+@pytest.fixture()
+def probed():
+    """Four rounds at k0 = 2, then the policy's own probe for round 5."""
+    table = gentle_table()
+    history = history_at([2, 2, 2, 2], table=table)
+    d = get_policy("adaptive").select(ctx(table, history))
+    assert d.explanation["k_cur"] == 2
+    assert d.explanation["reason"].startswith("probe 2 -> ")
+    assert d.k == 4  # x1.25 or +5 % of 40 = +2, whichever is larger
+    return table, history, d
+
+
+def _probe_round(table, history, k, gain_factor=1.0, time_factor=1.0) -> PastRound:
+    before = history[-1].accuracy
+    gain = RISING(k, before) * gain_factor
+    return PastRound(
+        len(history) + 1, k, before + gain, clock_time(table, np.arange(k)) * time_factor
+    )
+
+
+def test_a_probe_that_meets_its_prediction_is_held(probed):
+    table, history, d = probed
+    history = [*history, _probe_round(table, history, d.k)]
+    held = get_policy("adaptive").select(ctx(table, history))
+    assert held.k == 4
+    assert held.explanation["reason"] == "probe 2 -> 4 held: 1/2 round(s) measured"
+    check = held.explanation["check"]
+    assert check["measured_time_ratio"] <= check["predicted_time_ratio"]
+
+
+def test_a_probe_whose_round_takes_longer_than_predicted_is_abandoned_after_one_round(probed):
+    table, history, d = probed
+    history = [*history, _probe_round(table, history, d.k, time_factor=1.5)]
+    back = get_policy("adaptive").select(ctx(table, history))
+    assert back.k == 2
+    assert back.explanation["reason"].startswith("abandon 2 -> 4 after one round: the round took")
+
+
+def test_a_probe_that_gains_less_than_predicted_is_abandoned_after_one_round(probed):
+    table, history, d = probed
+    history = [*history, _probe_round(table, history, d.k, gain_factor=0.3)]
+    back = get_policy("adaptive").select(ctx(table, history))
+    assert back.k == 2
+    assert back.explanation["reason"].startswith("abandon 2 -> 4 after one round: gained")
+    # the failed size stays blocked: no growth to 4 or more for the next rounds
+    history.append(PastRound(len(history) + 1, 2, history[-1].accuracy + 0.01, 70.0))
+    for _ in range(6):
+        d = get_policy("adaptive").select(ctx(table, history))
+        assert d.k < 4
+        assert d.explanation["growth_cap"] == 3
+        history.append(PastRound(len(history) + 1, d.k, history[-1].accuracy + 0.01, 70.0))
+
+
+def test_failed_trials_block_growth_with_a_doubling_cool_down():
+    ks = [2, 2, 2, 2, 4, 4, 2]  # 2 -> 4 undone after 2 rounds: failed, back at index 6
+    assert last_growth(ks) is None
+    assert last_growth([2, 2, 4, 4]) == (2, 2, 4)
+    assert failed_trials(ks, hold=2) == [(4, 6)]
+    assert failed_trials([2, 4, 4, 4, 2], hold=2) == []  # held 3 rounds: not a failed probe
+    assert growth_cap(ks, 2, backoff=10, n=40) == 3
+    assert growth_cap(ks + [2] * 9, 2, backoff=10, n=40) == 40  # 10 rounds after index 6
+    twice = ks + [2] * 9 + [4, 2]  # the second failure at 4 blocks for 20 rounds
+    assert growth_cap(twice + [2] * 18, 2, backoff=10, n=40) == 3
+    assert growth_cap(twice + [2] * 19, 2, backoff=10, n=40) == 40
+
+
+# ---- learning the dependence on k -------------------------------------------------------
+
+
+def test_gain_flat_in_k_never_grows():
+    ks, decisions, _ = simulate(FLAT, 60)
+    assert ks[:7] == [2, 2, 2, 2, 4, 4, 2]
+    # the probe met its predictions (no miss) but found no evidence for 4 sites
+    assert decisions[6].explanation["reason"].startswith("back 4 -> 2: with the probe's rounds")
+    # every rise is a probe, undone within probe_rounds = 2 rounds
+    for i in range(1, len(ks)):
+        if ks[i] > ks[i - 1]:
+            assert "probe" in decisions[i].explanation["reason"]
+            assert ks[i + 1 : i + 3].count(ks[i]) <= 1
+            assert ks[i + 2] < ks[i]
+    # same gain for fewer sites in less time: the fit shrinks to the best static k, 1
+    assert ks[-20:].count(1) >= 15
+    assert max(ks[10:]) <= 3
+    assert sum(k > 2 for k in ks) <= 8
+
+
+def test_gain_rising_with_k_grows_to_near_the_best_static_k():
+    ks, _, reached = simulate(RISING, 40, until=0.8)
+    assert ks[:4] == [2, 2, 2, 2]
+    assert ks[12] >= 10  # grew
+    assert all(b >= a for a, b in zip(ks[:11], ks[1:12], strict=True))  # steadily at first
+    assert max(ks) <= 22  # and no overshoot: the best static k is 13
+    assert 10 <= ks[-1] <= 19
+    static = {
+        k: simulate(RISING, 60, policy="static", params={"k": k}, until=0.8)[2]
+        for k in range(1, 41)
+    }
+    best = min(static, key=static.get)
+    assert best == 13
+    assert reached <= 1.1 * static[best]  # no offline sweep, within 10 % of the best k
+    assert reached < static[2]  # and well ahead of staying at k0
+
+
+def test_each_decision_moves_k_within_its_bounds():
+    ks, decisions, _ = simulate(RISING, 30)
+    for prev, d in zip(ks, decisions[1:], strict=False):
+        grow = max(math.ceil(prev * 1.25), prev + 2)
+        assert d.k <= grow
+        assert d.explanation["bounds"][1] == min(40, grow)
+
+
+def test_the_fit_recovers_a_known_slope_share():
+    """dA_j = (L0 + c (A_{j-1} - A_1))(1 + r ln(k_j / 8)) exactly: around the last accuracy
+    A_R the fit must find level L = L0 + c (A_R - A_1) and slope s = L r."""
+    l0, c, r = 0.02, -0.05, 0.3
+    ks = [4, 4, 5, 5, 6, 6, 8, 8, 6, 6, 8, 8]
+    accuracy, history = 0.3, [PastRound(1, 4, 0.3, 60.0)]
+    for j, k in enumerate(ks, start=2):
+        accuracy += (l0 + c * (accuracy - 0.3)) * (1 + r * math.log(k / 8))
+        history.append(PastRound(j, k, accuracy, 60.0))
+    fit = fit_gain(history, 8, fit_rounds=12, half_life=6.0)
+    assert fit.known and fit.points == 12 and fit.k_values == 4
+    level = l0 + c * (accuracy - 0.3)
+    assert fit.level == pytest.approx(level, rel=1e-6)
+    assert fit.state == pytest.approx(c, rel=1e-6)
+    assert fit.slope == pytest.approx(level * r, rel=1e-6)
+    assert fit.slope_se < 1e-6 * fit.slope
+
+
+def test_one_k_in_the_window_leaves_the_slope_unknown():
+    fit = fit_gain(history_at([3] * 8), 3, fit_rounds=12, half_life=6.0)
+    assert fit.points == 7 and not fit.known
+    assert fit.explain()["slope"] is None
+
+
+# ---- time model, parameters, purity -----------------------------------------------------
+
+
+def test_the_round_time_sees_the_straggler_whatever_the_estimator():
+    """Site 1 is slow but near: the paper's tau/mean(p) + max comm hides it, the clock's
+    max(tau/p_i + comm_i) does not."""
+    power = [1.0, 0.2, 1.0, 1.0]
+    distance = [100.0, 50.0, 200.0, 300.0]
+    table = SiteTable.build(
+        ids=[f"site-{i}" for i in range(4)],
+        power=power,
+        distance_miles=distance,
+        latency_s=[d / 124_188 for d in distance],
+        bandwidth_bytes_per_s=[1e10] * 4,
+        update_size_bytes=0.01 * GB,
+        directions=2,
+    )
+    for estimator in ("paper", "clock"):
+        d = get_policy("adaptive").select(
+            Context(
+                table=table,
+                update_size_bytes=0.01 * GB,
+                tau_s=TAU,
+                estimator=estimator,
+                params={"k0": 4},
+            )  # fmt: skip
+        )
+        assert d.k == 4
+        assert d.predicted_round_time_s == pytest.approx(clock_time(table, d.order) - 1.0)
+        assert d.predicted_round_time_s > TAU / 0.2
+
+
+def test_other_work_models_use_their_own_estimate():
+    table = gentle_table()
+    for work_model in ("data-parallel", "power-split"):
+        d = get_policy("adaptive").select(ctx(table, work_model=work_model))
+        expected = prefix_round_time_estimates(
+            TAU, table.power[d.order], table.comm_s[d.order], "clock", work_model
+        )[-1]
+        assert d.predicted_round_time_s == pytest.approx(expected)
+        assert d.explanation["work_model"] == work_model
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("k0", -1),
+        ("k0", 2.5),
+        ("fit_rounds", 2),
+        ("half_life", 0),
+        ("probe_factor", 0.5),
+        ("probe_pct", 101),
+        ("probe_cost", -0.1),
+        ("probe_rounds", 0),
+        ("probe_margin", 0),
+        ("probe_backoff", 1.5),
+        ("m_ref_gb", 0),
+        ("window", 3),  # powertrip's, not adaptive's
+    ],
+)
+def test_bad_params_name_the_parameter(name, value):
+    with pytest.raises(PolicyError, match=name):
+        get_policy("adaptive").select(ctx(gentle_table(), params={name: value}))
+
+
+def test_same_context_same_decision():
+    history = history_at([2, 2, 2, 2, 4, 4, 6, 8])
+    first = get_policy("adaptive").select(ctx(gentle_table(), history))
+    again = get_policy("adaptive").select(ctx(gentle_table(), history))
+    assert first.order.tolist() == again.order.tolist()
+    assert first.explanation == again.explanation
+    assert first.predicted_round_time_s == again.predicted_round_time_s
+
+
+def test_registered_after_powertrip_and_explains_itself():
+    names = list(REGISTRY)
+    assert names.index("adaptive") == names.index("powertrip") + 1
+    d = get_policy("adaptive").select(ctx(gentle_table(), history_at([2] * 6)))
+    e = d.explanation
+    assert e["rule"] == "adaptive" and e["chosen"] == d.k
+    assert isinstance(e["reason"], str) and e["fit"]["points"] == 5
+    assert {"bounds", "growth_cap", "failed_trials", "candidates", "efficiencies"} <= set(e)
+
+
+def test_explanations_are_strict_json_and_a_missing_accuracy_is_skipped():
+    _, decisions, _ = simulate(RISING, 25)
+    for d in decisions:
+        json.dumps(d.explanation, allow_nan=False)
+    history = history_at([2, 2, 2, 2, 2, 2])
+    history[3] = PastRound(4, 2, math.nan, history[3].round_time_s)
+    d = get_policy("adaptive").select(ctx(gentle_table(), history))
+    assert d.explanation["fit"]["points"] == 3  # rounds 4 and 5 had no gain to fit
+    json.dumps(d.explanation, allow_nan=False)
