@@ -12,13 +12,15 @@ from typing import Any
 import yaml
 
 from powertrip import footprint, policyparams
-from powertrip.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS, PopulationSpec
+from powertrip.profiles import DISTANCE_DISTRIBUTIONS, GPUS_PER_SITE, LINK_MODELS, PopulationSpec
 from powertrip.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
 ESTIMATORS = ("paper", "clock")
 POWER_MODES = ("uniform", "trace")
 TRAINERS = ("loop", "vmap")  # powertrip.batched.TRAINERS
+#: where tau_s comes from: as given, or measured at run start (powertrip/steptime.py)
+TAU_SOURCES = ("fixed", "measured")
 #: the radius and share the calibrated distances are fitted to (paper Fig. 9: 22 of 100 sites
 #: within 1,000 miles); a run uses PopulationSpec's defaults
 CALIBRATION_RADIUS_MILES = PopulationSpec.radius_miles
@@ -31,6 +33,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "estimator": ESTIMATORS,
     "power": POWER_MODES,
     "trainer": TRAINERS,
+    "tau_source": TAU_SOURCES,
     "distance_distribution": DISTANCE_DISTRIBUTIONS,
     "link_model": LINK_MODELS,
 }
@@ -55,6 +58,9 @@ LATER_SETTINGS: dict[str, Any] = {
     **footprint.SETTINGS,
     "fused_sgd": False,
     "link_model": "inverse",
+    "tau_source": "fixed",
+    "gpus_available_min_fraction": 1.0,
+    "gpus_available_max_fraction": 1.0,
 }
 _ABSENT = object()
 
@@ -96,11 +102,21 @@ class RunConfig:
     aggregation_s: float = 1.0
     power: str = "uniform"  # "trace": Google PowerData 2019 replay (data/google-power/)
     power_trace: str | None = None  # trace file for power=trace (default: the shipped cell a)
-    gpus_per_site: int = 32  # N_max per site; trace mode's power granularity
+    gpus_per_site: int = GPUS_PER_SITE  # N_max per site; trace mode's power granularity
+    #: N_avail,i (paper Eq. 6's hardware side) drawn per site from
+    #: [ceil(min x gpus_per_site), floor(max x gpus_per_site)]; 1, 1 = every site has all
+    #: gpus_per_site GPUs, as every run did before (powertrip/profiles.py)
+    gpus_available_min_fraction: float = 1.0
+    gpus_available_max_fraction: float = 1.0
     lr: float | None = None
     batch_size: int | None = None
     local_steps: int | None = None
     tau_s: float | None = None
+    #: "fixed": tau_s as given (the workload's default unless set); "measured": tau_s (left
+    #: unset) is the workload's median step time on the training device x local_steps,
+    #: measured by the aggregator at run start (powertrip/steptime.py) and recorded in the
+    #: run's config.yaml; simulated times then depend on the machine that measured it
+    tau_source: str = "fixed"
     eval_samples: int | None = None
     min_distance_miles: float = 100.0
     max_distance_miles: float = 10_000.0
@@ -233,6 +249,14 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None:
                 need(value > 0, name, f"must be > 0, got {value}")
+        need(
+            self.tau_source != "measured" or self.tau_s is None,
+            "tau_s",
+            f"is {self.tau_s:g} but tau_source measured measures it at run start; unset it "
+            "(tau_s=null) or use tau_source fixed"
+            if self.tau_s is not None
+            else "",
+        )
         for name in ("batch_size", "local_steps", "eval_samples"):
             value = getattr(self, name)
             if value is not None:
@@ -269,6 +293,12 @@ class RunConfig:
             f"must be > 0, got {self.reference_bandwidth_gbps}",
         )
         need(self.gpus_per_site >= 1, "gpus_per_site", f"must be >= 1, got {self.gpus_per_site}")
+        need(
+            0 < self.gpus_available_min_fraction <= self.gpus_available_max_fraction <= 1,
+            "gpus_available_min_fraction",
+            "must satisfy 0 < gpus_available_min_fraction <= gpus_available_max_fraction <= 1, "
+            f"got {self.gpus_available_min_fraction}, {self.gpus_available_max_fraction}",
+        )
         need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
         need(
@@ -294,6 +324,8 @@ class RunConfig:
         if config.update_size_gb is None:
             config.update_size_gb = defaults.update_size_bytes / 1e9
         for name in ("lr", "batch_size", "local_steps", "tau_s", "eval_samples"):
+            if name == "tau_s" and config.tau_source == "measured":
+                continue  # left unset: the aggregator measures it (powertrip/steptime.py)
             if getattr(config, name) is None:
                 setattr(config, name, getattr(defaults, name))
         return config
@@ -312,6 +344,8 @@ class RunConfig:
             min_power=self.min_power,
             max_power=self.max_power,
             gpus_per_site=self.gpus_per_site,
+            gpus_available_min_fraction=self.gpus_available_min_fraction,
+            gpus_available_max_fraction=self.gpus_available_max_fraction,
         )
 
     def to_dict(self) -> dict[str, Any]:

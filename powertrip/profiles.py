@@ -34,6 +34,17 @@ Power. Each site's power fraction is U[min_power, max_power], U[0.1, 1.0] by def
 (uniform power mode; trace mode replaces it in the profiler). min_power = max_power = 1 gives
 identical full-power sites (the paper's Figs. 6-7).
 
+GPUs (paper §2.1, Eq. 6). Every site has room for N_max = `gpus_per_site` GPUs (32, the one
+default: `RunConfig.gpus_per_site` is `GPUS_PER_SITE` too) and a power capacity of
+P_cap = N_max x P_gpu watts (`powertrip.power`, P_gpu = `gpu_power_w`, 250 W). N_avail,i, the
+GPUs physically there (`Site.gpus_available`), is N_max unless `gpus_available_min_fraction`
+/ `gpus_available_max_fraction` (both 1 by default) ask for fewer: then N_avail,i is an
+integer drawn uniformly from [ceil(min_fraction x N_max), floor(max_fraction x N_max)] (at
+least 1) from its own seeded stream, so the distances and powers stay those of the defaults,
+and the hardware side of Eq. 6 can bind: N_eff,i = min(N_avail,i, floor(P_spare / P_gpu)).
+In uniform power mode the drawn power fraction is then capped at N_avail,i / N_max (the cap
+is 1, a no-op, for the defaults); in trace mode the profiler applies Eq. 6 at every time.
+
 Everything derives from the seed through one numpy Generator, and both distance
 distributions consume the same draws (the same u_i, then the powers), so every process
 builds the same population, the two distributions rank sites by distance identically and
@@ -54,6 +65,8 @@ from powertrip.timemodel import propagation_delay_s
 DISTANCE_DISTRIBUTIONS = ("calibrated", "uniform")
 #: "inverse": B = B_ref D_ref / D (paper §5.1); "fig5": flat within the knee, then 1/D (Fig. 5)
 LINK_MODELS = ("inverse", "fig5")
+#: N_max, GPUs per site (trace mode's power granularity): the one default, RunConfig's too
+GPUS_PER_SITE = 32
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,11 @@ class PopulationSpec:
     link_knee_miles: float = 1000.0
     min_power: float = 0.1
     max_power: float = 1.0
-    gpus_per_site: int = 8
+    #: N_max (the default was 8 here while every run used RunConfig's 32; now both are 32)
+    gpus_per_site: int = GPUS_PER_SITE
+    #: N_avail,i ~ U{ceil(min x N_max) .. floor(max x N_max)}; 1, 1: N_avail = N_max (default)
+    gpus_available_min_fraction: float = 1.0
+    gpus_available_max_fraction: float = 1.0
 
     def validate(self) -> None:
         """Raise ValueError naming the field (and the allowed values) of the first bad one."""
@@ -111,6 +128,14 @@ class PopulationSpec:
             raise ValueError(
                 "min_power, max_power: must satisfy 0 < min_power <= max_power <= 1, got "
                 f"min_power={self.min_power}, max_power={self.max_power}"
+            )
+        if self.gpus_per_site < 1:
+            raise ValueError(f"gpus_per_site must be >= 1, got {self.gpus_per_site}")
+        lo, hi = self.gpus_available_min_fraction, self.gpus_available_max_fraction
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(
+                "gpus_available_min_fraction, gpus_available_max_fraction: must satisfy "
+                f"0 < min <= max <= 1, got min={lo}, max={hi}"
             )
 
 
@@ -181,6 +206,19 @@ def link_bandwidth(spec: PopulationSpec, distance_miles: np.ndarray | float) -> 
     )
 
 
+def gpus_available(spec: PopulationSpec) -> np.ndarray:
+    """N_avail,i of every site (module docstring): N_max each for the default fractions (1,
+    1), without a draw; else a seeded integer draw from its own stream."""
+    n_max = spec.gpus_per_site
+    lo_f, hi_f = spec.gpus_available_min_fraction, spec.gpus_available_max_fraction
+    if lo_f == 1.0 and hi_f == 1.0:
+        return np.full(spec.num_sites, n_max, dtype=np.int64)
+    lo = max(1, math.ceil(lo_f * n_max - 1e-9))
+    hi = max(lo, math.floor(hi_f * n_max + 1e-9))
+    rng = np.random.default_rng([spec.seed, 0x6A7A])
+    return rng.integers(lo, hi + 1, spec.num_sites).astype(np.int64)
+
+
 def generate_population(spec: PopulationSpec) -> list[Site]:
     """The spec's sites, a pure function of the spec (the seed above all)."""
     gamma = distance_exponent(spec)  # validates the spec
@@ -192,6 +230,9 @@ def generate_population(spec: PopulationSpec) -> list[Site]:
     distance = spec.min_distance_miles + span * (u if gamma == 1.0 else u**gamma)
     power = rng.uniform(spec.min_power, spec.max_power, spec.num_sites)
     bandwidth = link_bandwidth(spec, distance)
+    gpus = gpus_available(spec)
+    if (gpus < spec.gpus_per_site).any():  # never for the defaults: their powers stay as drawn
+        power = np.minimum(power, gpus / spec.gpus_per_site)
     return [
         Site(
             site_id=site_id(i),
@@ -200,7 +241,7 @@ def generate_population(spec: PopulationSpec) -> list[Site]:
             latency_s=propagation_delay_s(float(distance[i])),
             bandwidth_bytes_per_s=float(bandwidth[i]),
             power_fraction=float(power[i]),
-            gpus_available=spec.gpus_per_site,
+            gpus_available=int(gpus[i]),
         )
         for i in range(spec.num_sites)
     ]

@@ -3,7 +3,7 @@ aggregator scores the global model. Pure with respect to their inputs and the se
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -80,6 +80,7 @@ def train_local(
     channels_last: bool = False,
     optimizer: str = "sgd",
     fused_sgd: bool = False,
+    on_step: Callable[[], None] | None = None,
 ) -> LocalResult:
     """Run `steps` optimiser steps (SGD unless `optimizer` names another, see
     `OPTIMIZERS`) from the model's current weights; return the delta (on the CPU).
@@ -92,6 +93,9 @@ def train_local(
     `fused_sgd` (SGD only; other optimisers ignore it) lets each linear layer update its
     own weights inside its weight-gradient product (`powertrip.fused_sgd`): less memory
     traffic, the same math up to float rounding.
+
+    `on_step`, when given, is called after each step, once its loss is on the host (so a
+    GPU step has finished): `powertrip.steptime` times steps with it.
     """
     if len(y) == 0:
         raise ValueError("a site with no training samples cannot train")
@@ -120,6 +124,8 @@ def train_local(
             if opt is not None:
                 opt.step()
             total += float(loss.detach())
+            if on_step is not None:
+                on_step()
     delta = {k: (v.detach() - start[k]).cpu().contiguous() for k, v in model.state_dict().items()}
     if channels_last:
         model.to(memory_format=torch.contiguous_format)

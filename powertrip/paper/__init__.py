@@ -1,9 +1,10 @@
-"""The paper's evaluation, one module per figure (§5: Figs. 5-14) plus our ablation.
+"""The paper's evaluation, one module per figure (§2.1: Figs. 2-3, §5: Figs. 5-14) plus
+our ablation.
 
 Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's text),
 the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
 meta)`, and optionally `table(data, meta)` to replace the default times table (titled
-`TABLE_TITLE`) and `NOTES` for a figure without set-ups (Fig. 5 needs no runs). This
+`TABLE_TITLE`) and `NOTES` for a figure without set-ups (Figs. 2, 3, 5 need no runs). This
 registry maps a figure key to its module; `powertrip.experiments.reproduce` plans and runs
 from it and `powertrip.paper.render` renders from it. Nothing here imports reproduce.
 """
@@ -15,6 +16,8 @@ from types import ModuleType
 from powertrip.experiments.suite import Suite, Variant
 from powertrip.paper import (
     ablation,
+    fig02,
+    fig03,
     fig05,
     fig06_07,
     fig08,
@@ -31,6 +34,8 @@ from powertrip.paper import (
 
 #: in the order reports and the summary list them
 MODULES: tuple[ModuleType, ...] = (
+    fig02,
+    fig03,
     fig05,
     fig06_07,
     fig08,
@@ -46,9 +51,12 @@ MODULES: tuple[ModuleType, ...] = (
     tau_sweep,
 )
 
-#: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Fig. 5
-#: needs none (it is computed from the base config's site population)
+#: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Figs. 2,
+#: 3 and 5 need none (2 and 3 are computed from the power trace, 5 from the base config's
+#: site population)
 FIGURES: dict[str, ModuleType] = {
+    "2": fig02,
+    "3": fig03,
     "5": fig05,
     "6": fig06_07,
     "7": fig06_07,

@@ -8,7 +8,7 @@ seeds"), so each comparison is paired by seed.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,9 +117,14 @@ def load_variant(
     seeds: Sequence[int],
     sweep: Sequence[int],
     aliases: Mapping[str, str] | None = None,
+    optional: Collection[str] = (),
 ) -> VariantData:
     """Load a set-up's runs; k* over the grid plus the refinement's midpoints (those
-    finished in every complete seed)."""
+    finished in every complete seed).
+
+    `optional` arms (a figure's arms added after its runs were made) do not decide the
+    complete seeds: one finished in every complete seed is compared, one that is not is
+    left out (not run yet), so the other arms' comparisons stand meanwhile."""
     aliases = dict(aliases or {})
     concrete = [aliases.get(a, a) for a in arms if a != "static-k*"]
     data = VariantData(
@@ -132,7 +137,11 @@ def load_variant(
         aliases=aliases,
     )
     fill_runs(data, out, data.arms, seeds)
-    data.seeds = [s for s in seeds if all(s in data.runs.get(a, {}) for a in data.arms)]
+    needed = [a for a in data.arms if a not in optional]
+    data.seeds = [s for s in seeds if all(s in data.runs.get(a, {}) for a in needed)]
+    for arm in optional:  # paired by seed, so only where it finished in every complete seed
+        if arm in data.runs and not all(s in data.runs[arm] for s in data.seeds):
+            del data.runs[arm]
     if sweep and all(static_arm(k).name in data.arms for k in sweep):
         extra = refinement(data.runs, seeds, sweep)
         fill_runs(data, out, [static_arm(k).name for k in extra], data.seeds)

@@ -42,7 +42,8 @@ def load_figure(out: Path, key: str, meta: Mapping[str, Any]) -> dict[str, Varia
                 k = kstars[source]
                 aliases[spec] = f"static-k{k}" if k is not None else ""
         label = VARIANTS[variant].label
-        data[variant] = load_variant(out, variant, label, arms, seeds, sweep, aliases)
+        optional = getattr(module, "OPTIONAL_ARMS", ())
+        data[variant] = load_variant(out, variant, label, arms, seeds, sweep, aliases, optional)
     return data
 
 

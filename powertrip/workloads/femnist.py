@@ -28,7 +28,7 @@ class FemnistWorkload(Workload):
         local_steps=10,
         target_accuracy=0.45,
         update_size_bytes=1.5e9,
-        tau_s=60.0,
+        tau_s=60.0,  # OUR CHOICE: the paper gives no T (why: WorkloadDefaults.tau_s)
         eval_samples=2000,
     )
 

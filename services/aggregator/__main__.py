@@ -44,6 +44,7 @@ from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.round_loop import RoundLoop
 from services.aggregator.servicer import SERVICE, SERVICE_NAME, AggregatorServicer
 from services.aggregator.state import AggregatorState
+from services.aggregator.tau import run_with_tau
 
 SPEC = ServiceSpec("aggregator", 50051, "PowerTrip aggregator: global model and round loop")
 
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if options is None or access is None:
         return 2
     join_token, site_tokens = access
+    try:  # tau_source measured: tau_s measured now, before round 1 (fixed: unchanged)
+        run = run_with_tau(run, Path(args.out), resume=args.resume)
+    except DataError as exc:
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 2
     config = AggregatorConfig(
         run=run,
         profiler=args.profiler,

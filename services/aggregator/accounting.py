@@ -32,6 +32,12 @@ class Accounting:
         self.spec: FootprintSpec = spec_of(run)
 
     def _max_gpus(self, profile: common_pb2.SiteProfile | None) -> int:
+        """N_max, the GPUs a power fraction is a fraction of. A profile's gpus_available is
+        N_avail: N_max unless the run draws fewer (gpus_available_min/max_fraction below 1),
+        and then N_max is the run's gpus_per_site."""
+        run = self.run
+        if (run.gpus_available_min_fraction, run.gpus_available_max_fraction) != (1.0, 1.0):
+            return run.gpus_per_site
         if profile is not None and profile.gpus_available > 0:
             return int(profile.gpus_available)
         return self.run.gpus_per_site

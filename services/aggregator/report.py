@@ -168,6 +168,9 @@ def run_summary(
         **footprint_summary(run, result),
         "sites": sites,
     }
+    if run.tau_source != "fixed":  # only then: a fixed-tau run's summary stays as it was
+        summary["tau_source"] = run.tau_source
+        summary["tau_s"] = run.tau_s
     if run.clock == "simulated":
         summary["clock_note"] = "simulated clock: real training and accuracy, time from the model"
     else:

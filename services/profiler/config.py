@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from powertrip.config import RunConfig
+from powertrip.footprint import GPU_POWER_W
 from powertrip.profiles import PopulationSpec
 
 
@@ -18,9 +19,11 @@ class ProfilerConfig:
     #: updates cross real shaped links in seconds, not minutes); 1 = the paper's links
     latency_scale: float = 1.0
     bandwidth_scale: float = 1.0
+    #: P_gpu of Eq. 6 in trace mode (a site's capacity is gpus_per_site x this, in watts)
+    gpu_power_w: float = GPU_POWER_W
 
     def __post_init__(self) -> None:
-        for name in ("latency_scale", "bandwidth_scale"):
+        for name in ("latency_scale", "bandwidth_scale", "gpu_power_w"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
@@ -38,4 +41,5 @@ class ProfilerConfig:
             power_trace=run.power_trace,
             latency_scale=latency_scale,
             bandwidth_scale=bandwidth_scale,
+            gpu_power_w=run.gpu_power_w,
         )

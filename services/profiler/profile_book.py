@@ -89,7 +89,12 @@ class ProfileBook:
             domains = load_domains(self.config.power_trace or DEFAULT_TRACE)
             population = self.config.population
             self.traces = assign_traces(
-                domains, population.num_sites, population.seed, population.gpus_per_site
+                domains,
+                population.num_sites,
+                population.seed,
+                population.gpus_per_site,
+                [site.gpus_available for site in self.sites],
+                self.config.gpu_power_w,
             )
         self._trace_power = None if self.traces is None else TracePower(self.traces)
         template = self._static_columns()
@@ -193,8 +198,9 @@ class ProfileBook:
         return self.traces[site.index].power_fraction_at(at_s)
 
     def gpus_at(self, site: Site, at_s: float) -> int:
-        if self.traces is None:
-            return int(site.power_fraction * site.gpus_available)
+        if self.traces is None:  # p_i x N_max, at most N_avail (p_i <= N_avail / N_max)
+            n_max = self.config.population.gpus_per_site
+            return min(site.gpus_available, int(site.power_fraction * n_max))
         return self.traces[site.index].effective_gpus_at(at_s)
 
     def lookup(self, site_ids: list[str]) -> list[Site]:
@@ -234,6 +240,8 @@ class TracePower:
         self.offset = np.array([t.offset_s for t in traces], dtype=np.float64)
         self.available = np.array([t.gpus_available for t in traces], dtype=np.int64)
         self.gpus_max = np.array([t.gpus_max for t in traces], dtype=np.int64)
+        self.gpu_power_w = np.array([t.gpu_power_w for t in traces], dtype=np.float64)
+        self.capacity_w = np.array([t.capacity_w for t in traces], dtype=np.float64)
 
     def at(self, sim_time_s: float) -> tuple[np.ndarray, np.ndarray]:
         """(power fractions, effective GPUs) of every site at `sim_time_s`."""
@@ -246,8 +254,9 @@ class TracePower:
             frac = at - i
             i = i.astype(np.int64)
             spare[rows] = 1.0 - ((1 - frac) * util[i] + frac * util[(i + 1) % n])
-        # timemodel.effective_gpus with P_gpu = 1: min(available, floor(max(spare_w, 0) / 1))
-        spare_w = spare * self.gpus_max
-        gpus = np.minimum(self.available, np.floor(np.maximum(spare_w, 0.0) / 1.0))
+        # SitePowerTrace.effective_gpus_at (Eq. 6 in watts): P_spare = spare x P_cap, then
+        # timemodel.effective_gpus: min(available, floor(max(P_spare, 0) / P_gpu))
+        spare_w = spare * self.capacity_w
+        gpus = np.minimum(self.available, np.floor(np.maximum(spare_w, 0.0) / self.gpu_power_w))
         gpus = gpus.astype(np.int64)
         return np.maximum(gpus, 1) / self.gpus_max, gpus

@@ -10,7 +10,18 @@ from pathlib import Path
 import pytest
 
 from powertrip import paper
-from powertrip.paper import FIGURES, MODULES, SUITES, fig05, fig06_07, fig08, fig09, fig10
+from powertrip.paper import (
+    FIGURES,
+    MODULES,
+    SUITES,
+    fig02,
+    fig03,
+    fig05,
+    fig06_07,
+    fig08,
+    fig09,
+    fig10,
+)
 from powertrip.paper.ablation import table as ablation_table
 from powertrip.paper.common import (
     AccuracyAt,
@@ -26,15 +37,17 @@ PAPER_DIR = Path(paper.__file__).parent
 
 
 # ---- registry and layering -------------------------------------------------------------
-def test_registry_has_figures_5_to_14_and_the_ablation():
+def test_registry_has_figures_2_3_5_to_14_and_the_ablation():
     beyond = ("11-regime", "ablation", "heldout", "tau")
-    assert set(FIGURES) == {*(str(n) for n in range(5, 15)), *beyond}
+    assert set(FIGURES) == {"2", "3", *(str(n) for n in range(5, 15)), *beyond}
     assert list(SUITES) == [
-        *("5", "6-7", "8", "9", "10", "11", "11-regime", "12", "13", "14"),
+        *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "12", "13", "14"),
         *("ablation", "heldout", "tau"),
     ]
-    for module in MODULES:  # Fig. 5 alone is computed from the population, without runs
-        assert bool(module.SUITE.variants) == (module is not fig05), module.__name__
+    # Figs. 2-3 are computed from the power trace, Fig. 5 from the population: no runs
+    for module in MODULES:
+        no_runs = module in (fig02, fig03, fig05)
+        assert bool(module.SUITE.variants) == (not no_runs), module.__name__
     # every set-up a figure uses is introduced by some figure (Fig. 11 reads Figs. 6-7's)
     introduced = {v.name for module in MODULES for v in module.VARIANTS}
     for module in MODULES:
@@ -387,6 +400,73 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     if figure == "ablation":
         assert "static-k* time (h), k = 5" in html
         assert "nothing (same settings as uniform)" in html  # the made-up runs flip nothing
+
+
+def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
+    """Fig. 13's later arms (Fig. 9's baselines at 1 and 2 GB) hold back none of the other
+    claims: one finished in every complete seed is compared, one finished in some seeds
+    only is left out (not run yet), one never run is 'not run'."""
+    from powertrip.paper import fig13
+    from powertrip.paper.render import load_figure, render_all
+    from tests.unit.test_reproduce import made_up_sweep, write_run
+
+    seeds = [0, 1]
+    made_up_sweep(tmp_path, "uniform", seeds, {2: 1.5, 5: 1.2})
+    runs = {
+        "uniform": ["powertrip", "centralized-25"],
+        "size-1gb": ["powertrip", "static-k5", "centralized-25", "highest-power"],
+        "size-2gb": ["powertrip", "static-k5", "centralized-25"],
+    }
+    for variant, arms in runs.items():
+        for seed in seeds:
+            for arm in arms:
+                write_run(
+                    tmp_path / "runs" / variant / f"seed{seed}" / arm,
+                    arm,
+                    0.9 if arm == "powertrip" else None,
+                    [(0.5, 0.3, 2), (0.9, 0.46, 6), (1.3, 0.5, 8)],
+                    {"max_sim_hours": 1.35},
+                )
+    write_run(tmp_path / "runs/size-1gb/seed0/random", "random", 2.0, [(2.0, 0.5, 5)])
+    meta = {"seeds": seeds, "sweep_k": [2, 5], "base_config": {"num_sites": 10}, "cores": 2}
+    data = load_figure(tmp_path, "13", meta)
+    small = data["size-1gb"]
+    assert small.seeds == seeds  # the arms not run yet do not empty the complete seeds
+    assert len(small.samples("highest-power")) == 2
+    assert small.samples("random") == [] and small.samples("radius") == []
+    times = fig13.times_of(small)
+    assert list(times) == list(fig13.NAMES) and times["static-k*"] and not times["all"]
+    render_all(tmp_path, ["13"], meta)
+    rows = {r["claim"]: r for r in C.read_claims_csv(tmp_path / "fig13" / "claims.csv")}
+    fastest = rows["powertrip is the fastest of 4 policies at 1 GB"]  # with highest-power
+    assert fastest["holds"] != "n/a" and fastest["seeds"] == "2"
+    assert rows["powertrip is the fastest of 3 policies at 2 GB"]["holds"] != "n/a"
+
+
+def test_fig13_checks_the_score_weights_with_the_runs_m_ref():
+    """alpha > beta at 1 GB and beta > alpha at 2 GB (paper §5.4), from Eq. 8's weights
+    (the function the policies score with) and the M_ref PowerTrip ran with; no runs
+    needed."""
+    from powertrip.paper import fig13
+    from services.policy.policies import REGISTRY, scoring
+
+    assert scoring.weights(1e9, 1.5e9) == fig13.weights(1e9, 1.5e9) == (0.6, 0.4)
+    scored = [c for c in REGISTRY.values() if "m_ref_gb" in c.default_params]
+    assert "powertrip" in {c.name for c in scored}
+    assert all(c.default_params["m_ref_gb"] == fig13.M_REF_GB for c in scored)
+    empty = VariantData("size-1gb", "1 GB", ["powertrip"])
+    small = fig13.weights_claim(empty, 1.0, power_first=True)
+    large = fig13.weights_claim(empty, 2.0, power_first=False)
+    assert (small.holds, large.holds) == ("yes", "yes")
+    assert small.paper == "alpha > beta" and large.paper == "beta > alpha"
+    assert "alpha 0.600, beta 0.400 (M_ref 1.5 GB, the policies' default)" in small.ours
+    assert "alpha 0.429, beta 0.571" in large.ours
+    # with M_ref 3 GB the runs weigh power more at 2 GB too: the claim says no
+    run = _run("powertrip", 1.0, 1.0)
+    run.config["policy_params"] = {"m_ref_gb": 3.0}
+    ran = VariantData("size-2gb", "2 GB", ["powertrip"], seeds=[0], runs={"powertrip": {0: run}})
+    row = fig13.weights_claim(ran, 2.0, power_first=False)
+    assert row.holds == "no" and "M_ref 3 GB, PowerTrip's runs" in row.ours and row.differs
 
 
 @pytest.mark.parametrize("link_model", ["inverse", "fig5"])

@@ -61,3 +61,21 @@ def test_malformed_traces_name_the_problem(tmp_path):
     trunc.write_bytes(gzip.compress(b"step,pdu,measured_power_util\n0,p,0.5\n" * 100)[:40])
     with pytest.raises(TraceError, match="unreadable or truncated"):
         load_domains(trunc)
+
+
+def test_domains_carry_their_cell_and_sites_are_cells_where_there_are_cells(tmp_path):
+    from powertrip.power import trace_sites
+
+    shipped = load_domains()  # cell a only: its PDUs, labelled
+    assert {d.cell for d in shipped} == {"a"}
+    sites = trace_sites(shipped)
+    assert [s.label for s in sites] == [f"cell a / pdu{n}" for n in range(6, 11)]
+    assert {s.level for s in sites} == {"pdu"}
+    two = tmp_path / "two.csv"
+    two.write_text(
+        "step,cell,pdu,measured_power_util\n"
+        "0,a,pdu1,0.2\n1,a,pdu1,0.4\n0,a,pdu2,0.6\n1,a,pdu2,0.8\n0,b,pdu3,0.5\n1,b,pdu3,0.5\n"
+    )
+    cells = trace_sites(load_domains(two))
+    assert [(s.label, s.level) for s in cells] == [("cell a", "cell"), ("cell b", "cell")]
+    assert cells[0].utilisation.tolist() == pytest.approx([0.4, 0.6])  # mean of its PDUs

@@ -23,7 +23,7 @@ def test_sweep_grid_is_fine_at_small_k_and_scales_with_the_site_count():
     assert R.sweep_ks(3) == [1, 2, 3]  # distinct, never 0, never above the site count
 
 
-@pytest.mark.parametrize("figure", [f for f in R.SUITES if f != "5"])  # 5: no runs
+@pytest.mark.parametrize("figure", [f for f in R.SUITES if f not in ("2", "3", "5")])  # no runs
 def test_every_figure_maps_to_runs_of_known_policies(figure):
     ks = R.sweep_ks(100)
     runs = R.plan([figure], [0, 1, 2], 100, ks)
@@ -95,7 +95,8 @@ def test_parse_figures():
     assert R.parse_figures("ablation") == ["ablation"]
     assert R.parse_figures("5") == ["5"]
     assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
-    allowed = "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
+    assert R.plan(["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
+    allowed = "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
     with pytest.raises(R.ReproduceError, match=allowed):
         R.parse_figures("4")
 
@@ -293,14 +294,16 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
 
 
 def test_fig13_sizes_run_static_k_star_of_the_1_5_gb_sweep(tmp_path):
-    """1 and 2 GB compare against the k tuned once at 1.5 GB, not a sweep of their own."""
+    """1 and 2 GB compare against the k tuned once at 1.5 GB, not a sweep of their own,
+    and every size runs all of Fig. 9's baselines (the paper compares them all)."""
     grid = [2, 5]
     by_variant: dict[str, list[str]] = {}
     for r in R.plan(["13"], [0], 10, grid):
         by_variant.setdefault(r.variant, []).append(r.arm.name)
-    assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5", "centralized-25"]
+    rest = ["centralized-25", "centralized-50", "highest-power", "random", "radius", "all"]
+    assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5", *rest]
     for name in ("size-1gb", "size-2gb"):
-        assert by_variant[name] == ["powertrip", "centralized-25"]
+        assert by_variant[name] == ["powertrip", *rest]
     made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
     deferred, chosen = R.deferred_runs(tmp_path, ["13"], [0], grid)
     assert chosen == {"static-k@uniform*": 5}
@@ -336,7 +339,11 @@ def test_figure_keys_6_and_7_select_one_module():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--figure", "4"], "allowed: 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau or all"),
+        (
+            ["--figure", "4"],
+            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau "
+            "or all",
+        ),
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--k", "500"], "--k values must be in 1..100"),
         (["--k", "x"], "--k must be comma-separated integers"),

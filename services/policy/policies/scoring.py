@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from powertrip.scoreweights import weights as score_weights
 from services.policy.policies.base import PolicyError, SiteTable
 
 GB = 1e9
@@ -21,17 +22,12 @@ def normalise(values: np.ndarray) -> np.ndarray:
 
 
 def weights(update_size_bytes: float, m_ref_bytes: float) -> tuple[float, float]:
-    """alpha, beta with beta = M / (M + M_ref): small updates favour power, large favour cost.
-
-    At M = M_ref power and cost weigh the same; the paper only says the weights follow M,
-    this is the simplest monotone form with that property.
-    """
-    if m_ref_bytes <= 0:
-        raise PolicyError(f"m_ref must be > 0, got {m_ref_bytes:g} bytes")
-    if update_size_bytes < 0:
-        raise PolicyError(f"update_size_bytes must be >= 0, got {update_size_bytes:g}")
-    beta = update_size_bytes / (update_size_bytes + m_ref_bytes)
-    return 1.0 - beta, beta
+    """alpha, beta with beta = M / (M + M_ref) (`powertrip.scoreweights.weights`, which the
+    Fig. 13 report reads too); a bad input is a PolicyError."""
+    try:
+        return score_weights(update_size_bytes, m_ref_bytes)
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 def power_cost_scores(table: SiteTable, update_size_bytes: float, m_ref_bytes: float) -> np.ndarray:
