@@ -11,8 +11,8 @@ import pytest
 
 from powertrip.timemodel import prefix_round_time_estimates
 from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.adaptive import failed_trials, fit_gain, growth_cap, last_growth
 from services.policy.policies.base import PastRound
+from services.policy.policies.gainfit import failed_trials, fit_gain, growth_cap, last_growth
 
 GB = 1e9
 TAU = 60.0
