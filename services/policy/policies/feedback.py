@@ -63,15 +63,8 @@ def training_phase(trends: np.ndarray) -> float:
 
 def rounds_below(gains: np.ndarray, times: np.ndarray, window: int) -> int:
     """How many of the latest rounds had a realised efficiency below BELOW_SHARE of the
-    measured efficiency of the `window` rounds before each of them."""
-    streak = 0
-    for j in range(len(gains) - 1, 0, -1):
-        reference = measured_efficiency(gains[:j], times[:j], window)
-        if reference > 0 and gains[j] / times[j] < BELOW_SHARE * reference:
-            streak += 1
-        else:
-            break
-    return streak
+    measured efficiency of the `window` rounds before each of them (rule=feedback)."""
+    return realised_below(gains, times, window, BELOW_SHARE, len(gains))
 
 
 def projected_gain(g: float, phi: float, k: np.ndarray, k_cur: int) -> np.ndarray:
