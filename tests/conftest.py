@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from powertrip.experiments.launcher import start_service
+
+#: tests marked `docker` build images and init a swarm on the engine they find: on a
+#: developer's laptop that is their own engine, so they run only when asked (.ci/run asks)
+DOCKER_OPT_IN = "POWERTRIP_DOCKER_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(DOCKER_OPT_IN) == "1":
+        return
+    skip = pytest.mark.skip(
+        reason=f"changes the Docker engine (builds images, docker swarm init); set "
+        f"{DOCKER_OPT_IN}=1 to run it (.ci/run does)"
+    )
+    for item in items:
+        if "docker" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture()
