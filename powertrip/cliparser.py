@@ -333,6 +333,12 @@ def _add_reproduce_options(parser: argparse.ArgumentParser) -> None:
         "(what --jobs helpers do; for another process beside a running reproduce)",
     )
     parser.add_argument(
+        "--only",
+        metavar="SETUPS",
+        help="run only these set-ups of the figures (comma-separated, e.g. calibrate); the "
+        "reports still read every finished run",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="print the runs still to make and their estimated wall time and CPU hours "

@@ -127,6 +127,23 @@ def check_sizes(
         check_sites(config)
 
 
+def _only(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
+    """--only: the set-ups to run (None: all the figures need); a name no planned run has
+    is refused with the ones it could be."""
+    text = getattr(args, "only", None)
+    if not text:
+        return None
+    wanted = {v.strip() for v in text.split(",") if v.strip()}
+    planned = list(dict.fromkeys(r.variant for r in runs))
+    unknown = sorted(wanted - set(planned))
+    if unknown:
+        raise ReproduceError(
+            f"--only: {', '.join(unknown)} is not a set-up of these figures; they have "
+            f"{', '.join(planned) or 'none'}"
+        )
+    return wanted
+
+
 def main(args: Any) -> int:
     """Plan, run what is missing in three phases (unless --report-only), then render."""
     figures = parse_figures(args.figure)
@@ -151,6 +168,8 @@ def main(args: Any) -> int:
         print(f"reproduce: rendering from {meta_file} (seeds {meta['seeds']})")
         return _render(out, figures, meta, args, [])
     runs = plan(figures, seeds, base.num_sites, ks)
+    only = _only(args, runs)
+    runs = [r for r in runs if only is None or r.variant in only]
     force = bool(args.workload)
     unsupported = check_variants(
         base, list(dict.fromkeys(r.variant for r in runs)), force_workload=force
@@ -225,11 +244,13 @@ def main(args: Any) -> int:
             )
         if not getattr(args, "no_refine", False):
             refined, found = refine_runs(out, figures, seeds, ks)
+            refined = [r for r in refined if only is None or r.variant in only]
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
         deferred, chosen = deferred_runs(out, figures, seeds, ks)
+        deferred = [r for r in deferred if only is None or r.variant in only]
         deferred = [r for r in deferred if r.variant not in unsupported]
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}
         for spec, k in chosen.items():
