@@ -45,3 +45,14 @@ def test_plan_prints_the_runs_to_make_and_cpu_hours_and_runs_nothing(tmp_path, c
     assert "uniform/s0/static-k3: k ~ 3, 20 rounds, ~1 min" in text
     assert "plan: 4 run(s) to make" in text and "CPU hours" in text
     assert not (tmp_path / "runs" / "uniform").exists()  # nothing ran
+
+
+def test_only_restricts_the_plan_to_the_named_set_ups(tmp_path, capsys):
+    from powertrip.cli import main
+
+    argv = ["reproduce", "--figure", "ablation", "--seeds", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--only", "calibrate", "--plan", "--quiet"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
+    assert lines and all(ln.strip().startswith("calibrate/s0/") for ln in lines), lines
+    assert main([*argv, "--only", "nope", "--plan"]) == 2
+    assert "--only: nope is not a set-up of these figures" in capsys.readouterr().err
