@@ -224,12 +224,13 @@ def _explicit(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(getattr(args, "explicit_settings", ()))
 
 
-def _print_summary(outcome: RunOutcome) -> None:
+def _print_summary(outcome: RunOutcome, label: str = "") -> None:
     s = outcome.summary
     ttt = s.get("time_to_target_s")
     reached = f"{ttt / 3600:.3f} h" if ttt is not None else "not reached"
     print(
-        f"{s['policy']}: time to {s['target_accuracy']:.0%} = {reached}; {s['rounds']} rounds, "
+        f"{label or s['policy']}: time to {s['target_accuracy']:.0%} = {reached}; "
+        f"{s['rounds']} rounds, "
         f"final accuracy {s['final_accuracy']:.4f}, mean k {s['mean_k']:.1f} -> {outcome.out_dir}"
     )
 
@@ -358,7 +359,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                     run_config.max_sim_hours = cap_h
             label = spec.text if spec.params else ""
             outcome = runner.run(f"policy {spec.text}", run_config, out / spec.dirname, label=label)
-            _print_summary(outcome)
+            _print_summary(outcome, spec.text)
             if outcome.time_to_target_s is not None:
                 best = (
                     outcome.time_to_target_s
