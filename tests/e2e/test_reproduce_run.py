@@ -102,6 +102,7 @@ def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
         "calibrate",
         "two-directions",
         "data-parallel",
+        "power-split",
         "uniform-distances",
         "clock-estimator",
     ):

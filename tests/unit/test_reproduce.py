@@ -264,12 +264,15 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     for r in runs:
         by_variant.setdefault(r.variant, []).append(r.arm.name)
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
+    # the link model changes the ranking, so its k* comes from a sweep of its own
+    assert by_variant["links-fig5"] == ["powertrip", "static-k2", "static-k5"]
     for name in (
         "rule-feedback",
         "gain-separable",
         "calibrate",
         "two-directions",
         "data-parallel",
+        "power-split",
         "uniform-distances",
         "clock-estimator",
     ):
@@ -287,6 +290,7 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
             "calibrate",
             "two-directions",
             "data-parallel",
+            "power-split",
             "uniform-distances",
             "clock-estimator",
         )
