@@ -129,6 +129,8 @@ def verdict(mean: float, low: float, high: float, bounds: str) -> str:
     'unclear' where cut-off runs leave the direction open."""
     if not math.isfinite(mean):
         return "n/a"
+    if not math.isfinite(low):
+        return "unclear (one seed)"
     if "?" in bounds or ("<" in bounds and ">" in bounds):
         return "unclear"
     if math.isfinite(high) and high < 0:
