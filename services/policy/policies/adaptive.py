@@ -77,6 +77,7 @@ from services.policy.policies.base import (
     Policy,
     explain_rows,
     rounded,
+    small_k0,
 )
 from services.policy.policies.gainfit import (
     MIN_FIT_POINTS,
@@ -96,7 +97,7 @@ EXPLAIN_MAX_FAILED = 5
 
 def auto_k0(num_alive: int) -> int:
     """A small k0: max(2, 5 % of the sites), never more than there are (OUR CHOICE)."""
-    return min(num_alive, max(2, round(0.05 * num_alive)))
+    return small_k0(num_alive, 0.05)
 
 
 class Adaptive(Policy):

@@ -306,6 +306,12 @@ def predicted_time(ctx: Context, order: np.ndarray) -> float:
     return float(ctx.round_time_estimates(order)[-1])
 
 
+def small_k0(num_alive: int, share: float) -> int:
+    """A 'small number' of starting sites: max(2, share of the alive sites), never more
+    than there are (each policy that starts small names its share)."""
+    return min(num_alive, max(2, round(share * num_alive)))
+
+
 def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:
     """k = 0 means 'a fixed fraction of the alive sites' (at least 1); else clamp to 1..N."""
     if value <= 0:

@@ -51,14 +51,21 @@ import numpy as np
 
 from powertrip.policyparams import decode
 from services.policy.policies import powertrip_feedback
-from services.policy.policies.base import Context, Decision, Policy, explain_rows, rounded
+from services.policy.policies.base import (
+    Context,
+    Decision,
+    Policy,
+    explain_rows,
+    rounded,
+    small_k0,
+)
 from services.policy.policies.feedback import gains_of, measured_efficiency, realised_below
 from services.policy.policies.scoring import GB, power_cost_ranking, weights
 
 
 def auto_k0(num_alive: int) -> int:
     """The paper's 'small number' k0: max(2, 2 % of the sites), never more than there are."""
-    return min(num_alive, max(2, round(0.02 * num_alive)))
+    return small_k0(num_alive, 0.02)
 
 
 def auto_window(num_alive: int) -> int:

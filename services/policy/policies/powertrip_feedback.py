@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from services.policy.policies.base import explain_rows as _explain_rows
+from services.policy.policies.base import small_k0
 from services.policy.policies.feedback import (
     RETRY_AFTER_WINDOWS,
     best_in_window,
@@ -48,7 +49,7 @@ from services.policy.policies.feedback import (
 
 def auto_k0(num_alive: int) -> int:
     """This rule's 'small k0': max(2, 5 % of the sites), never more than there are."""
-    return min(num_alive, max(2, round(0.05 * num_alive)))
+    return small_k0(num_alive, 0.05)
 
 
 class FeedbackRules:
