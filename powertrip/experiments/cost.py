@@ -101,17 +101,17 @@ def _finished(out: Path) -> list[Path]:
     return found
 
 
-def _arm_history(runs: Sequence[Path], arm: str) -> tuple[list[float], list[float]]:
-    """(rounds, mean k) of the finished runs of one arm, any set-up and seed."""
-    rounds, mean_k = [], []
+def _arm_histories(runs: Sequence[Path]) -> dict[str, tuple[list[float], list[float]]]:
+    """Arm name -> (rounds, mean k) of its finished runs, any set-up and seed: read once,
+    not once a planned run."""
+    found: dict[str, tuple[list[float], list[float]]] = {}
     for run in runs:
-        if run.name != arm:
-            continue
         summary = json.loads((run / runfiles.SUMMARY).read_text())
         if summary.get("rounds"):
+            rounds, mean_k = found.setdefault(run.name, ([], []))
             rounds.append(float(summary["rounds"]))
             mean_k.append(float(summary.get("mean_k") or 0.0))
-    return rounds, mean_k
+    return found
 
 
 def estimate(
@@ -123,6 +123,7 @@ def estimate(
     finished = _finished(out)
     fit = round_cost_fit(finished)
     a, b, _ = fit
+    histories = _arm_histories(finished)
     costs = []
     for spec in runs:
         variant = VARIANTS[spec.variant]
@@ -133,7 +134,7 @@ def estimate(
         )
         if is_done(spec.path(out), config):
             continue
-        rounds, mean_k = _arm_history(finished, spec.arm.name)
+        rounds, mean_k = histories.get(spec.arm.name, ([], []))
         k = config.policy_params.get("k") if spec.arm.policy == "static" else None
         if k is None:
             k = statistics.median(mean_k) if mean_k else UNKNOWN_K
