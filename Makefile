@@ -18,7 +18,7 @@ DEMO_OUT ?= runs/demo
 # sweep found for this set-up (results/claims.md), and, beyond the paper, `adaptive` and `oort`
 DEMO_POLICIES ?= powertrip,adaptive,static:k=3,static,centralized-25,centralized-50,highest-power,random,radius,all,oort
 
-.PHONY: setup demo test test-fast reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
+.PHONY: setup demo test test-fast golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -92,6 +92,9 @@ test: setup  ## the whole test suite (container tests only with POWERTRIP_DOCKER
 
 test-fast: setup  ## the unit tier without its slow tests (a few minutes)
 	$(BIN)/pytest -q -m "not slow" tests/unit
+
+golden: setup  ## 8 fixed-seed runs byte for byte against tests/golden/expected.json (~3 min)
+	$(BIN)/python tests/golden/golden.py
 
 reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/reliability/ (~3 min)
 	POWERTRIP_RELIABILITY=1 $(BIN)/pytest -q -s -m load tests/reliability

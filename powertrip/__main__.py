@@ -1,0 +1,7 @@
+"""``python -m powertrip``: the same command line as the ``powertrip`` script."""
+
+import sys
+
+from powertrip.cli import main
+
+sys.exit(main())
