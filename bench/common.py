@@ -15,7 +15,7 @@ NUM_SITES = 100
 
 def femnist_sites():
     """(workload, data, partition): FEMNIST split over the 100 sites every benchmark uses."""
-    from powertrip.workloads import get_workload
+    from powertrip.core.workloads import get_workload
 
     workload = get_workload(WORKLOAD)
     data = workload.load()

@@ -27,7 +27,7 @@ def fedavg_child(num_deltas: int) -> dict:
     aggregation's: RSS before the first delta vs at the end says whether memory is O(model)."""
     import resource
 
-    from powertrip.fedavg import StreamingFedAvg
+    from powertrip.core.fedavg import StreamingFedAvg
 
     def rss_mb() -> float:
         for line in Path("/proc/self/status").read_text().splitlines():

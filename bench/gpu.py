@@ -39,14 +39,14 @@ def gpu_loop_once(workload, model, jobs, steps: int) -> None:
 
 def gpu_figures(steps: int, repeat: int) -> dict:
     """gpu_site_steps_per_s: all 100 virtual sites in one `torch.func.vmap` call on CUDA
-    (`powertrip.batched`, as a site worker runs with --device cuda --trainer vmap
+    (`powertrip.core.batched`, as a site worker runs with --device cuda --trainer vmap
     --site-batch 100), deltas back on the host; vs gpu_loop_site_steps_per_s, the plain
     sequential loop on the same GPU. Also the largest difference between the two trainers'
-    deltas for the same sites and seeds (`powertrip.training.train_local` on the GPU)."""
+    deltas for the same sites and seeds (`powertrip.core.training.train_local` on the GPU)."""
     import torch
 
-    from powertrip.batched import SiteJob, train_sites
-    from powertrip.training import train_local
+    from powertrip.core.batched import SiteJob, train_sites
+    from powertrip.core.training import train_local
 
     if not torch.cuda.is_available():
         return {"gpu": f"not measured: torch {torch.__version__} sees no CUDA GPU"}

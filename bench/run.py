@@ -44,7 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `bench` and `powertrip` from this checkout, from any cwd
-# The references get the environment the services get (powertrip/experiments/launcher.py):
+# The references get the environment the services get (powertrip/app/experiments/launcher.py):
 # OpenMP threads that sleep between regions. Before torch loads, which reads it once. On a
 # shared machine the bare loop on 2 spinning threads measured 3.0 site-steps/s, 9.9 sleeping.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

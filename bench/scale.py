@@ -79,11 +79,11 @@ def wait_done(aggregator, watched: list, rounds: int, timeout_s: float) -> tuple
 def run_size(sites: int, rounds: int, out: Path) -> dict:
     """One run at `sites` sites: per measured round its overhead and phases (ms), and the
     services' memory once it is over."""
-    from powertrip import runfiles
-    from powertrip.config import RunConfig
-    from powertrip.experiments.launcher import start_service, stop_services
-    from powertrip.experiments.runner import site_args
-    from powertrip.profiles import site_id
+    from powertrip.app.experiments.launcher import start_service, stop_services
+    from powertrip.app.experiments.runner import site_args
+    from powertrip.core import runfiles
+    from powertrip.core.config import RunConfig
+    from powertrip.core.profiles import site_id
 
     run_dir = out / f"sites-{sites}"
     run_dir.mkdir(parents=True, exist_ok=True)

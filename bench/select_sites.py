@@ -32,11 +32,11 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
     """SelectSites over gRPC as the aggregator calls it (the sites as SiteColumns, with the
     7 shadow decisions), at each size; at the largest, also without shadows and with the
     sites as one SiteProfile message each (the contract's other form)."""
-    from powertrip.experiments.launcher import start_service
-    from powertrip.heap import keep_buffers_on_heap
-    from powertrip.profiles import PopulationSpec, generate_population
+    from powertrip.app.experiments.launcher import start_service
+    from powertrip.core.profiles import PopulationSpec, generate_population
     from powertrip.rpc.channels import open_channel
-    from powertrip.sitecolumns import columns_from_profiles
+    from powertrip.rpc.heap import keep_buffers_on_heap
+    from powertrip.rpc.sitecolumns import columns_from_profiles
     from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 
     keep_buffers_on_heap()  # this process plays the aggregator, whose set-up does the same

@@ -70,7 +70,7 @@ def system_steps_per_s(
     run_dir = out / "system-run"
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [
-        sys.executable, "-m", "powertrip.cli", "run",
+        sys.executable, "-m", "powertrip.app.cli", "run",
         "--workload", WORKLOAD, "--sites", str(NUM_SITES),
         "--policy", "static", "--param", f"k={sites}",
         "--max-rounds", str(rounds), "--target-accuracy", "1.0",
@@ -90,7 +90,7 @@ def flops_per_step() -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from powertrip.workloads import get_workload
+    from powertrip.core.workloads import get_workload
 
     model = get_workload(WORKLOAD).build_model()
     x = torch.randn(BATCH, 1, 28, 28)

@@ -89,8 +89,8 @@ def _checked_sink(layout, ports, quit_) -> None:
     does: CRC-32C per chunk, the finite check per tensor) and then a delta (as the
     aggregator does: the same checks and the float64 FedAvg add), each straight into its
     tensor's memory; one byte back when both are in."""
-    from powertrip.fedavg import StreamingFedAvg
-    from powertrip.heap import keep_buffers_on_heap
+    from powertrip.core.fedavg import StreamingFedAvg
+    from powertrip.rpc.heap import keep_buffers_on_heap
     from powertrip.rpc.tensors import CHUNK_BYTES, crc32c_of
 
     keep_buffers_on_heap()
@@ -254,12 +254,12 @@ class TransferBench:
     def __enter__(self) -> TransferBench:
         import torch
 
-        from powertrip.config import RunConfig
-        from powertrip.experiments.launcher import Deployment, start_service
-        from powertrip.heap import keep_buffers_on_heap
+        from powertrip.app.experiments.launcher import Deployment, start_service
+        from powertrip.core.config import RunConfig
+        from powertrip.core.training import LocalResult
         from powertrip.rpc.channels import open_channel
         from powertrip.rpc.chunkwire import AggregatorStub
-        from powertrip.training import LocalResult
+        from powertrip.rpc.heap import keep_buffers_on_heap
         from services.site_worker.config import WorkerConfig
         from services.site_worker.worker import SiteWorker
 

@@ -2,7 +2,7 @@
 accuracy.
 
 All training samples are pooled (no sites, no FedAvg); the model is the workload's, trained
-with the workload's local optimiser, learning rate and batch size, as `powertrip.training`
+with the workload's local optimiser, learning rate and batch size, as `powertrip.core.training`
 does on a site. Held-out accuracy is printed every --eval-every seconds on a fixed, seeded subset of
 the held-out split and at the end on the whole held-out split (or --final-eval samples), with
 chance level (uniform 1/classes and the majority class of the held-out labels).
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from powertrip.training import OPTIMIZERS, eval_subset, resolve_device
-    from powertrip.workloads import get_workload
+    from powertrip.core.training import OPTIMIZERS, eval_subset, resolve_device
+    from powertrip.core.workloads import get_workload
 
     torch.set_num_threads(args.threads)
     workload = get_workload(args.workload)

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from powertrip.config import ConfigError, RunConfig
+from powertrip.core.config import ConfigError, RunConfig
 
 CONFIG_OUT = "/tmp/powertrip-run.yaml"
 PREFIX = "POWERTRIP_RUN_"

@@ -1,8 +1,19 @@
 """PowerTrip: power- and link-aware site selection for geo-distributed training.
 
-The shared library: generated gRPC stubs (`powertrip.v1`), rpc helpers, the time model,
-site profiles, workloads, experiments, reporting and the CLI. Services under `services/`
-import this package and never each other.
+The shared library, in floors; each imports only the floors below it
+(`tests/unit/test_import_graph.py` holds them to it):
+
+* `powertrip.core`: the domain. The time model (Eqs. 3-7), FedAvg, power and site profiles,
+  the workloads and their training step, the policy catalogue, the run configuration and the
+  run-directory schema. Pure Python, numpy and torch: no gRPC, no CLI.
+* `powertrip.v1`, `powertrip.rpc`, `powertrip.linkshaping`: the contract and the edge. The
+  generated stubs of `proto/powertrip/v1`, the rpc helpers every service uses (servers,
+  channels, chunked tensors, auth, TLS, metrics), and the links (`tc` shaping, probing).
+* `powertrip.app`: what a user runs. The CLI, experiments and the paper's figures, reports,
+  site bundles. It starts the services as processes and never imports them.
+
+The services under `services/` import `core` and the edge floor, never `app` and never each
+other; nothing imports `app` but `python -m powertrip` and the `powertrip` script.
 """
 
 __version__ = "0.1.0"

@@ -2,6 +2,6 @@
 
 import sys
 
-from powertrip.cli import main
+from powertrip.app.cli import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.experiments.launcher import start_service
+from powertrip.app.experiments.launcher import start_service
 
 #: tests marked `docker` build images and init a swarm on the engine they find: on a
 #: developer's laptop that is their own engine, so they run only when asked (.ci/run asks)
@@ -61,8 +61,8 @@ def stack_factory(service_factory):
 def site_jobs():
     """jobs(workload, num_sites, partitions, seed=0): round 1's SiteJobs (data and seed) of
     the first num_sites sites of a seeded partition, as the trainers' tests feed them."""
-    from powertrip.batched import SiteJob
-    from powertrip.training import site_seed
+    from powertrip.core.batched import SiteJob
+    from powertrip.core.training import site_seed
 
     def jobs(workload, num_sites: int, partitions: int, seed: int = 0) -> list[SiteJob]:
         data = workload.load(None, seed)

@@ -14,8 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
-from powertrip.config import ConfigError, RunConfig
-from powertrip.metrics import service_registry
+from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.workloads import DataError, UnknownWorkload, get_workload
 from powertrip.rpc.auth import (
     AuthConfigError,
     add_insecure_flag,
@@ -26,8 +26,9 @@ from powertrip.rpc.auth import (
     resolve_join_token,
 )
 from powertrip.rpc.chunkwire import AGGREGATOR_SERVER_CODECS
+from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import add_servicer
-from powertrip.service import (
+from powertrip.rpc.service import (
     ServeOptions,
     ServiceSpec,
     base_parser,
@@ -36,8 +37,7 @@ from powertrip.service import (
     serve_options,
     setup_process,
 )
-from powertrip.sitetokens import load_site_tokens
-from powertrip.workloads import DataError, UnknownWorkload, get_workload
+from powertrip.rpc.sitetokens import load_site_tokens
 from services.aggregator.checkpoint_store import CheckpointError
 from services.aggregator.config import AggregatorConfig, all_site_ids, run_spec
 from services.aggregator.metrics import AggregatorMetrics

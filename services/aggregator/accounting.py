@@ -1,6 +1,6 @@
 """A round's energy, egress cost and carbon, from the facts the round loop holds.
 
-The formulas are `powertrip.footprint`'s (pure, unit-tested); this module only says what a
+The formulas are `powertrip.core.footprint`'s (pure, unit-tested); this module only says what a
 round on each clock used: which sites, how many effective GPUs, for how many seconds of
 compute out of how many held, and how many bytes crossed their links.
 
@@ -17,8 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from powertrip.config import RunConfig
-from powertrip.footprint import FootprintSpec, RoundFootprint, SiteUse, round_footprint, spec_of
+from powertrip.core.config import RunConfig
+from powertrip.core.footprint import (
+    FootprintSpec,
+    RoundFootprint,
+    SiteUse,
+    round_footprint,
+    spec_of,
+)
 from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.clock import ModelRound
 from services.aggregator.state import RoundInProgress

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from powertrip.fedavg import StreamingFedAvg
+from powertrip.core.fedavg import StreamingFedAvg
 from services.aggregator.audit import RoundAudit
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from powertrip.fedavg import StreamingFedAvg, apply_delta
+from powertrip.core.fedavg import StreamingFedAvg, apply_delta
 
 INITIAL = "initial.npz"
 MANIFEST = "manifest.json"

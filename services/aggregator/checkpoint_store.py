@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from powertrip import runfiles
-from powertrip.config import EXECUTION_SETTINGS, RUN_LIMITS, RunConfig, experiment_differences
+from powertrip.core import runfiles
+from powertrip.core.config import EXECUTION_SETTINGS, RUN_LIMITS, RunConfig, experiment_differences
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.control_client import columns_of
 from services.aggregator.records import round_sites
@@ -31,7 +31,7 @@ from services.aggregator.run_result import LoopResult
 CHECKPOINT_DIR = runfiles.CHECKPOINT_DIR
 CHECKPOINT_FORMAT = 1
 #: Settings that may differ between a run and its resumption: how it is executed, and its
-#: limits (powertrip.config names both; a resumed run may be extended)
+#: limits (powertrip.core.config names both; a resumed run may be extended)
 RESUMABLE_CHANGES = EXECUTION_SETTINGS | RUN_LIMITS
 
 

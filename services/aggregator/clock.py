@@ -2,7 +2,7 @@
 
 Simulated: how long the time model says a selected round takes (paper §2-3). The work
 model decides each site's steps and compute (workmodel.py); communication is Eq. 3 per
-direction from `powertrip.timemodel.site_comm_s`, the same function the policy's site
+direction from `powertrip.core.timemodel.site_comm_s`, the same function the policy's site
 table estimates with, so the two can only differ in the links they see.
 Wall: what the round measurably took, from the timestamps its uploads left.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from powertrip.config import RunConfig
-from powertrip.timemodel import RoundTime, SiteTime, round_time, site_comm_s
+from powertrip.core.config import RunConfig
+from powertrip.core.timemodel import RoundTime, SiteTime, round_time, site_comm_s
 from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.state import RoundInProgress
 from services.aggregator.workmodel import measured_breakdown, split_work

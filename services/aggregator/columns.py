@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from powertrip.profiles import site_index
+from powertrip.core.profiles import site_index
 from powertrip.v1 import common_pb2
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from powertrip.config import RunConfig
-from powertrip.profiles import site_id as make_site_id
+from powertrip.core.config import RunConfig
+from powertrip.core.profiles import site_id as make_site_id
 from powertrip.v1 import aggregator_pb2
 
 

@@ -16,9 +16,9 @@ from typing import TypeVar
 
 import grpc
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
-from powertrip.sitecolumns import ColumnsError, columns_from_profiles, num_sites
+from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc, profiler_pb2, profiler_pb2_grpc
 from services.aggregator.columns import embedded_field, with_embedded
 from services.aggregator.errors import DependencyDown, RunFailed

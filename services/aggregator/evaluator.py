@@ -7,9 +7,9 @@ import os
 import numpy as np
 import torch
 
-from powertrip.config import RunConfig
-from powertrip.training import eval_subset, evaluate
-from powertrip.workloads import Workload
+from powertrip.core.config import RunConfig
+from powertrip.core.training import eval_subset, evaluate
+from powertrip.core.workloads import Workload
 
 
 def initial_weights(workload: Workload, seed: int) -> dict[str, np.ndarray]:

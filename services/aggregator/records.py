@@ -12,8 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from powertrip import runfiles
-from powertrip.runfiles import round_columns
+from powertrip.core import runfiles
+from powertrip.core.runfiles import round_columns
 
 
 @dataclass
@@ -42,7 +42,7 @@ class RoundRow:
     #: wall clock only: what the time model says this round would take (the simulated
     #: clock's round_time_s for the same selection), beside the measured round_time_s
     model_round_time_s: float | None = None
-    #: the round's footprint (runfiles.FOOTPRINT_COLUMNS; powertrip/footprint.py)
+    #: the round's footprint (runfiles.FOOTPRINT_COLUMNS; powertrip/core/footprint.py)
     energy_j: float | None = None
     idle_energy_j: float | None = None
     egress_gb: float | None = None
@@ -52,7 +52,7 @@ class RoundRow:
 
 @dataclass
 class WallTimes:
-    """Real seconds of one round (wall.csv, `powertrip.runfiles.WALL_COLUMNS`): the round
+    """Real seconds of one round (wall.csv, `powertrip.core.runfiles.WALL_COLUMNS`): the round
     loop's phases, so the cost outside training can be told apart from training itself."""
 
     round_s: float = 0.0  # start -> new model installed

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powertrip.config import RunConfig
-from powertrip.footprint import JOULES_PER_KWH, RoundFootprint
-from powertrip.timemodel import RoundTime
+from powertrip.core.config import RunConfig
+from powertrip.core.footprint import JOULES_PER_KWH, RoundFootprint
+from powertrip.core.timemodel import RoundTime
 from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.records import RoundRow
 from services.aggregator.run_result import LoopResult

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powertrip import runfiles
-from powertrip.fedavg import apply_delta
-from powertrip.footprint import RoundFootprint
-from powertrip.sitecolumns import profile_at
+from powertrip.core import runfiles
+from powertrip.core.fedavg import apply_delta
+from powertrip.core.footprint import RoundFootprint
+from powertrip.core.workloads import get_workload
+from powertrip.rpc.sitecolumns import profile_at
 from powertrip.v1 import common_pb2, policy_pb2
-from powertrip.workloads import get_workload
 from services.aggregator.accounting import Accounting
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import DeltaAudit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from powertrip.footprint import FootprintTotals
+from powertrip.core.footprint import FootprintTotals
 from powertrip.v1 import common_pb2
 
 

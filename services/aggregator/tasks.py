@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from powertrip.config import RunConfig
-from powertrip.profiles import site_index
-from powertrip.training import site_seed
+from powertrip.core.config import RunConfig
+from powertrip.core.profiles import site_index
+from powertrip.core.training import site_seed
 from powertrip.v1 import aggregator_pb2, policy_pb2
 
 

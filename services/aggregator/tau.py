@@ -1,4 +1,4 @@
-"""tau_source "measured": the run's tau_s measured once, before round 1 (powertrip/steptime.py).
+"""tau_source "measured": the run's tau_s measured once, before round 1 (core/steptime.py).
 
 The aggregator measures on this host with the device a site worker picks by default
 (`POWERTRIP_DEVICE`, else CUDA when visible, else the CPU) and the workers' torch threads
@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from powertrip import runfiles
-from powertrip.config import RunConfig
-from powertrip.steptime import TIMED_STEPS, WARMUP_STEPS, measured_tau_s, time_steps
-from powertrip.training import resolve_device
-from powertrip.workloads import get_workload
+from powertrip.core import runfiles
+from powertrip.core.config import RunConfig
+from powertrip.core.steptime import TIMED_STEPS, WARMUP_STEPS, measured_tau_s, time_steps
+from powertrip.core.training import resolve_device
+from powertrip.core.workloads import get_workload
 
 log = logging.getLogger("aggregator")
 

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from powertrip.timemodel import DP_REFERENCE_SITES, RoundTime, compute_time_s
+from powertrip.core.timemodel import DP_REFERENCE_SITES, RoundTime, compute_time_s
 from powertrip.v1 import aggregator_pb2
 
 
@@ -91,7 +91,7 @@ def local_steps_split(
 
 def power_split_global_batch(batch_size: int, reference_sites: int = DP_REFERENCE_SITES) -> int:
     """B, the power-split round's global batch: `batch_size` x `reference_sites` samples
-    (OUR CHOICE, see powertrip.timemodel): 10 full-power sites each get `batch_size`."""
+    (OUR CHOICE, see powertrip.core.timemodel): 10 full-power sites each get `batch_size`."""
     if batch_size < 1 or reference_sites < 1:
         raise ValueError("batch_size and reference_sites must be >= 1")
     return batch_size * reference_sites

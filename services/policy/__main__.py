@@ -9,14 +9,14 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from powertrip.metrics import service_registry
-from powertrip.policyparams import CHOICES, decode
+from powertrip.core.policies import REGISTRY
+from powertrip.core.policyparams import CHOICES, decode
+from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
+from powertrip.rpc.service import ServeOptions, ServiceSpec, serve, setup_process
 from powertrip.rpc.tls import TlsError, load_tls
-from powertrip.service import ServeOptions, ServiceSpec, serve, setup_process
 from powertrip.v1 import policy_pb2_grpc
 from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
-from services.policy.policies import REGISTRY
 from services.policy.servicer import SERVICE_NAME, PolicyMetrics, PolicyServicer
 
 SPEC = ServiceSpec(
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_process(config.log_level, SPEC.name, config.log_format)
     registry = service_registry()
     servicer = PolicyServicer(config, PolicyMetrics(registry))
-    # powertrip.service.serve owns the parts every service shares: the metrics endpoint,
+    # powertrip.rpc.service.serve owns the parts every service shares: the metrics endpoint,
     # port-bind errors (exit 1), the "listening on port N" line launchers read, SIGTERM drain.
     try:
         tls = load_tls(args)

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
+from powertrip.core.policies.base import ESTIMATORS
+from powertrip.rpc.service import LOG_FORMAT_ENV, LOG_FORMATS, add_log_format_flag
 from powertrip.rpc.tls import add_tls_flags
-from powertrip.service import LOG_FORMAT_ENV, LOG_FORMATS, add_log_format_flag
-from services.policy.policies.base import ESTIMATORS
 
 ENV_PREFIX = "POWERTRIP_POLICY_"
 DEFAULT_PORT = 50053

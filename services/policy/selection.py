@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powertrip.sitecolumns import ColumnsError, columns_from_profiles, num_sites
-from powertrip.timemodel import WORK_MODELS
-from services.policy.config import PolicyConfig
-from services.policy.policies import (
+from powertrip.core.policies import (
+    SERVICE_PARAMS,
     Context,
     Decision,
     PastRound,
@@ -25,11 +23,10 @@ from services.policy.policies import (
     get_policy,
     shadow_names,
 )
-from services.policy.policies.base import ESTIMATORS
-
-#: Request parameters the service handles itself (they shape the site table, which every
-#: policy and shadow share); all other parameters belong to the chosen policy.
-SERVICE_PARAMS = ("use_measured",)
+from powertrip.core.policies.base import ESTIMATORS
+from powertrip.core.timemodel import WORK_MODELS
+from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
+from services.policy.config import PolicyConfig
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ def site_table(
     profiles, update_size_bytes: float, directions: int, use_measured: bool
 ) -> SiteTable:
     """The table from SiteProfile messages: turned into columns first (the one field list
-    lives in powertrip/sitecolumns.py), so both request forms take the same path."""
+    lives in powertrip/rpc/sitecolumns.py), so both request forms take the same path."""
     profiles = list(profiles)
     if not profiles:
         raise PolicyError("no sites in the request")

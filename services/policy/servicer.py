@@ -14,9 +14,9 @@ import time
 import grpc
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from powertrip.core.policies import CENTRALIZED, REGISTRY, PolicyError
 from powertrip.v1 import policy_pb2, policy_pb2_grpc
 from services.policy.config import PolicyConfig
-from services.policy.policies import CENTRALIZED, REGISTRY, PolicyError
 from services.policy.selection import Chosen, select
 
 SERVICE_NAME = policy_pb2.DESCRIPTOR.services_by_name["Policy"].full_name

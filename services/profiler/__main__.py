@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-from powertrip.config import ConfigError, RunConfig
-from powertrip.metrics import service_registry
-from powertrip.power import TraceError
+from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.power import TraceError
+from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
-from powertrip.service import ServiceSpec, base_parser, serve, serve_options, setup_process
+from powertrip.rpc.service import ServiceSpec, base_parser, serve, serve_options, setup_process
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook

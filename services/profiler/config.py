@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from powertrip.config import RunConfig
-from powertrip.footprint import GPU_POWER_W
-from powertrip.profiles import PopulationSpec
+from powertrip.core.config import RunConfig
+from powertrip.core.footprint import GPU_POWER_W
+from powertrip.core.profiles import PopulationSpec
 
 
 @dataclass(frozen=True)

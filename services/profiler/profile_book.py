@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from powertrip.power import (
+from powertrip.core.power import (
     DEFAULT_TRACE,
     SAMPLE_PERIOD_S,
     SitePowerTrace,
     assign_traces,
     load_domains,
 )
-from powertrip.profiles import Site, generate_population
+from powertrip.core.profiles import Site, generate_population
 from powertrip.v1 import common_pb2
 from services.profiler.config import ProfilerConfig
 

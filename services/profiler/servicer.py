@@ -10,8 +10,8 @@ import grpc
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from powertrip.linkprobe import ProbeError, measure
-from powertrip.sitecolumns import profile_at, profiles_from_columns
+from powertrip.linkshaping.probe import ProbeError, measure
+from powertrip.rpc.sitecolumns import profile_at, profiles_from_columns
 from powertrip.v1 import common_pb2, profiler_pb2, profiler_pb2_grpc
 from services.profiler.profile_book import ClaimError, Measured, ProfileBook, SiteTelemetry
 

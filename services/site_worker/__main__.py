@@ -11,11 +11,13 @@ import threading
 
 import grpc
 
-from powertrip.batched import TRAINERS
-from powertrip.config import ConfigError
-from powertrip.metrics import service_registry
+from powertrip.core.batched import TRAINERS
+from powertrip.core.config import ConfigError
+from powertrip.core.training import DEVICES, resolve_device
+from powertrip.core.workloads import DataError, UnknownWorkload
 from powertrip.rpc.auth import AuthConfigError, add_join_token_flags, resolve_join_token
-from powertrip.service import (
+from powertrip.rpc.metrics import service_registry
+from powertrip.rpc.service import (
     ServiceSpec,
     base_parser,
     channel_credentials,
@@ -23,10 +25,8 @@ from powertrip.service import (
     serve_options,
     setup_process,
 )
-from powertrip.sitetokens import load_site_tokens
-from powertrip.training import DEVICES, resolve_device
+from powertrip.rpc.sitetokens import load_site_tokens
 from powertrip.v1 import site_worker_pb2_grpc
-from powertrip.workloads import DataError, UnknownWorkload
 from services.site_worker.config import WorkerConfig
 from services.site_worker.link import LinkError, claim_site, setup_link
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer

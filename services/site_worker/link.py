@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from powertrip import linkshaping as shaping
-from powertrip.linkprobe import ProbeError, ProbeProcess
+from powertrip.linkshaping.probe import ProbeError, ProbeProcess
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 

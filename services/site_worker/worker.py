@@ -23,13 +23,13 @@ import grpc
 import numpy as np
 import torch
 
-from powertrip.batched import SiteJob, train_sites
-from powertrip.profiles import site_index
+from powertrip.core.batched import SiteJob, train_sites
+from powertrip.core.profiles import site_index
+from powertrip.core.workloads import get_workload
 from powertrip.rpc.channels import deadline_for, open_channel
 from powertrip.rpc.chunkwire import AggregatorStub, encode_chunks
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
-from powertrip.workloads import get_workload
 from services.site_worker.config import WorkerConfig
 from services.site_worker.telemetry import energy_delta
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from powertrip.fedavg import apply_delta, weighted_average
-from powertrip.profiles import site_index
-from powertrip.training import site_seed, train_local
-from powertrip.workloads import get_workload
+from powertrip.core.fedavg import apply_delta, weighted_average
+from powertrip.core.profiles import site_index
+from powertrip.core.training import site_seed, train_local
+from powertrip.core.workloads import get_workload
 from services.aggregator.checkpoint_store import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def _initial_weights(workload, seed: int) -> dict[str, np.ndarray]:
 def _run(out, seed: int, sites: int, workload_name: str, *layout: str) -> None:
     done = subprocess.run(
         [
-            sys.executable, "-m", "powertrip.cli", "run",
+            sys.executable, "-m", "powertrip.app.cli", "run",
             "--workload", workload_name, "--sites", str(sites), "--policy", "all",
             "--max-rounds", "1", "--seed", str(seed), "--target-accuracy", "0.99",
             *layout, "--out", str(out), "--quiet",

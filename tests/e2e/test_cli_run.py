@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from powertrip.cli import build_parser, explicit_settings, load_config
-from powertrip.config import ConfigError
-from powertrip.experiments.commands import DEFAULT_TIME_BUDGET_H, time_bound
-from powertrip.experiments.runner import UNBOUNDED_ROUNDS
+from powertrip.app.cli import build_parser, explicit_settings, load_config
+from powertrip.app.experiments.commands import DEFAULT_TIME_BUDGET_H, time_bound
+from powertrip.app.experiments.runner import UNBOUNDED_ROUNDS
+from powertrip.core.config import ConfigError
 
 pytestmark = pytest.mark.slow
 
 
 def powertrip(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "powertrip.cli", *args],
+        [sys.executable, "-m", "powertrip.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

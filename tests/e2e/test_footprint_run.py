@@ -36,7 +36,7 @@ def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
     out = tmp_path / "run"
     sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
     done = subprocess.run(
-        [sys.executable, "-m", "powertrip.cli", "run", "--workload", "synthetic", "--sites",
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
          "4", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--out",
          str(out), "--quiet", *sets],
         capture_output=True, text=True, timeout=300,

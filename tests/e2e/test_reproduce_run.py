@@ -18,7 +18,7 @@ ARGS = ("--workload", "synthetic", "--quick", "--seeds", "2", "--k", "2,5", "--q
 
 def reproduce(out, *extra: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "powertrip.cli", "reproduce", *ARGS, "--out", str(out), *extra],
+        [sys.executable, "-m", "powertrip.app.cli", "reproduce", *ARGS, "--out", str(out), *extra],
         capture_output=True,
         text=True,
         timeout=900,

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from powertrip import runfiles
-from powertrip.config import RunConfig
-from powertrip.experiments import runner
-from powertrip.experiments.launcher import Deployment, free_port
+from powertrip.app.experiments import runner
+from powertrip.app.experiments.launcher import Deployment, free_port
+from powertrip.core import runfiles
+from powertrip.core.config import RunConfig
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ def _run(out: Path, *args: str, config: str = "") -> tuple[list[dict], list[dict
         path.write_text(config)
         extra = ["--config", str(path)]
     done = subprocess.run(
-        [sys.executable, "-m", "powertrip.cli", "run", "--workload", "synthetic",
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic",
          "--sites", str(SITES), "--seed", "3", "--target-accuracy", "0.99",
          "--out", str(out), "--quiet", *extra, *args],
         capture_output=True, text=True, timeout=300,

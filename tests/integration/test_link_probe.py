@@ -12,8 +12,9 @@ import urllib.request
 import grpc
 import pytest
 
-from powertrip.config import RunConfig
-from powertrip.linkprobe import (
+from powertrip.core.config import RunConfig
+from powertrip.core.profiles import generate_population
+from powertrip.linkshaping.probe import (
     MAX_BULK_BYTES,
     MIN_BULK_BYTES,
     ProbeError,
@@ -23,7 +24,6 @@ from powertrip.linkprobe import (
     probe_size,
     throughput,
 )
-from powertrip.profiles import generate_population
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig

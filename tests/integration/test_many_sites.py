@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from powertrip import runfiles
+from powertrip.core import runfiles
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ SITES = 20_000
 def test_twenty_thousand_sites_run_two_rounds_through_the_services(tmp_path):
     out = tmp_path / "run"
     command = [
-        sys.executable, "-m", "powertrip.cli", "run", "--workload", "synthetic",
+        sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic",
         "--sites", str(SITES), "--policy", "random", "--param", "k=5", "--max-rounds", "2",
         "--target-accuracy", "0.999", "--out", str(out), "--quiet",
     ]  # fmt: skip

@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.site_worker.link import LinkError, route_iface

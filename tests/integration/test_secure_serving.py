@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.auth import JOIN_TOKEN_ENV, JOIN_TOKEN_FILE_ENV
 from powertrip.rpc.channels import open_channel, wait_until_serving
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc

@@ -12,10 +12,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
+from powertrip.rpc.sitecolumns import profiles_from_columns
 from powertrip.rpc.tensors import encode_tensors
-from powertrip.sitecolumns import profiles_from_columns
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, profiler_pb2, profiler_pb2_grpc
 
 

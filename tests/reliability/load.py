@@ -24,9 +24,9 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from powertrip.config import RunConfig
-from powertrip.experiments.launcher import start_service
-from powertrip.profiles import site_id
+from powertrip.app.experiments.launcher import start_service
+from powertrip.core.config import RunConfig
+from powertrip.core.profiles import site_id
 from powertrip.rpc.server import MAX_MESSAGE_BYTES
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from powertrip.experiments.launcher import free_port  # noqa: F401 - the tests import it from here
+from powertrip.app.experiments.launcher import free_port  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def powertrip(*args: str, extra_env: dict[str, str] | None = None, **kwargs) -> 
     env = {**os.environ, **(extra_env or {})}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.Popen(
-        [sys.executable, "-m", "powertrip.cli", *args],
+        [sys.executable, "-m", "powertrip.app.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

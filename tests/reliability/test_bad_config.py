@@ -34,7 +34,7 @@ CASES = [
 @pytest.mark.parametrize(("text", "words"), CASES)
 def test_cli_and_aggregator_name_the_bad_field(tmp_path, capsys, text, words):
     """In-process entry points (the same main() the console scripts run): fast."""
-    from powertrip.cli import main as cli
+    from powertrip.app.cli import main as cli
     from services.aggregator.__main__ import main as aggregator
 
     path = tmp_path / "bad.yaml"
@@ -53,8 +53,8 @@ def test_real_processes_exit_2_without_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(CASES[1][0])
     for argv in (
-        ["-m", "powertrip.cli", "run", "--config", str(path)],
-        ["-m", "powertrip.cli", "run", "--workload", "synthetic", "--sites", "0"],
+        ["-m", "powertrip.app.cli", "run", "--config", str(path)],
+        ["-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites", "0"],
     ):
         done = _run(*argv)
         assert done.returncode == 2, done.stderr[-2000:]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc, common_pb2
 from tests.reliability.procs import free_port, scrape, wait_for

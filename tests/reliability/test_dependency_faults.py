@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from powertrip.config import RunConfig
-from powertrip.experiments.launcher import split_sites
+from powertrip.app.experiments.launcher import split_sites
+from powertrip.core.config import RunConfig
 from tests.reliability.procs import free_port, kill9, scrape, wait_for
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.cli import main
-from powertrip.config import RunConfig
+from powertrip.app.cli import main
+from powertrip.core.config import RunConfig
 from tests.reliability.procs import checkpoint_round, find_child, kill9, powertrip, wait_for
 
 pytestmark = pytest.mark.slow
@@ -151,9 +151,9 @@ def test_worker_failing_at_start_up_ends_the_run(tmp_path, tagged, capsys, monke
     """More sites than samples, past the CLI's own check: only the worker finds out, when it
     partitions the data; the run ends at once with its error instead of waiting. (FEMNIST:
     the synthetic workload has no such limit.)"""
-    from powertrip.experiments import commands
-    from powertrip.experiments.datacmd import training_samples
-    from powertrip.workloads import get_workload
+    from powertrip.app.experiments import commands
+    from powertrip.app.experiments.datacmd import training_samples
+    from powertrip.core.workloads import get_workload
 
     monkeypatch.setattr(commands, "check_sites", lambda config: None)
     available = training_samples(get_workload("femnist"))

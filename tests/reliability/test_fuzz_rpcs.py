@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import aggregator_pb2, policy_pb2, profiler_pb2, site_worker_pb2
 
@@ -133,7 +133,7 @@ def _rss_kb(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
-    from powertrip.experiments.launcher import start_service
+    from powertrip.app.experiments.launcher import start_service
 
     tmp = tmp_path_factory.mktemp("fuzz")
     config = RunConfig(workload="synthetic", num_sites=3, max_rounds=2, seed=1, policy="all")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.config import RunConfig
-from powertrip.experiments.launcher import split_sites
+from powertrip.app.experiments.launcher import split_sites
+from powertrip.core.config import RunConfig
 from tests.reliability.load import Sampler, run_load
 
 pytestmark = [pytest.mark.load, pytest.mark.slow]

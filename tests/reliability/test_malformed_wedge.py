@@ -21,7 +21,7 @@ from google.protobuf import descriptor as fd
 from google.protobuf import message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.rpc.server import MAX_CONCURRENT_STREAMS
 from powertrip.v1 import aggregator_pb2, policy_pb2, profiler_pb2
@@ -93,7 +93,7 @@ def _send(channel: grpc.Channel, path: str, method: fd.MethodDescriptor, data: b
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Profiler, policy and aggregator as processes, each with a metrics port."""
-    from powertrip.experiments.launcher import start_service
+    from powertrip.app.experiments.launcher import start_service
 
     tmp = tmp_path_factory.mktemp("malformed")
     config = RunConfig(workload="synthetic", num_sites=3, max_rounds=2, seed=1, policy="all")

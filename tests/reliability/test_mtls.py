@@ -10,7 +10,7 @@ import subprocess
 import grpc
 import pytest
 
-from powertrip.config import RunConfig
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel, wait_until_serving
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from tests.reliability.procs import REPO, wait_for

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 import torch
 
-from powertrip.config import RunConfig
-from powertrip.fedavg import StreamingFedAvg, apply_delta
+from powertrip.core.config import RunConfig
+from powertrip.core.fedavg import StreamingFedAvg, apply_delta
 from powertrip.linkshaping.relay import RELAY_SCRIPT
 from powertrip.rpc.channels import open_channel
 from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, encode_tensors, layout_of

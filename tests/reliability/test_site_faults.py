@@ -10,8 +10,8 @@ import time
 import grpc
 import pytest
 
-from powertrip.config import RunConfig
-from powertrip.experiments.launcher import split_sites
+from powertrip.app.experiments.launcher import split_sites
+from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from tests.reliability.procs import kill9, wait_for

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from powertrip.timemodel import prefix_round_time_estimates
-from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.base import PastRound
-from services.policy.policies.gainfit import failed_trials, fit_gain, growth_cap, last_growth
+from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound
+from powertrip.core.policies.gainfit import failed_trials, fit_gain, growth_cap, last_growth
+from powertrip.core.timemodel import prefix_round_time_estimates
 
 GB = 1e9
 TAU = 60.0

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powertrip.config import ConfigError, RunConfig
-from powertrip.runfiles import ROUND_COLUMNS, round_columns
-from powertrip.timemodel import WORK_MODELS, prefix_round_time_estimates, site_comm_s
+from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.runfiles import ROUND_COLUMNS, round_columns
+from powertrip.core.timemodel import WORK_MODELS, prefix_round_time_estimates, site_comm_s
 from powertrip.v1 import aggregator_pb2, common_pb2, policy_pb2
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.checkpoint_store import restore_site_ids

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from powertrip.fedavg import apply_delta
+from powertrip.core.fedavg import apply_delta
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import MANIFEST, AuditError, DeltaAudit, replay
 

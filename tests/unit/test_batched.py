@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from powertrip.batched import SiteJob, train_sites, train_sites_vmap, vmap_supported
-from powertrip.training import train_local
-from powertrip.workloads import get_workload
+from powertrip.core.batched import SiteJob, train_sites, train_sites_vmap, vmap_supported
+from powertrip.core.training import train_local
+from powertrip.core.workloads import get_workload
 
 
 def _reference(workload, model, jobs, steps, lr, batch_size):
@@ -105,7 +105,7 @@ def test_synthetic_vmap_matches_plain_loop_for_any_group_size(site_batch, site_j
 
 def test_lstm_falls_back_to_the_loop():
     """nn.LSTM's fused kernel has no vmap rule: the trainer uses the loop and says so."""
-    from powertrip.workloads.shakespeare import build_lstm
+    from powertrip.core.workloads.shakespeare import build_lstm
 
     model = build_lstm()
     assert not vmap_supported(model)
@@ -120,7 +120,7 @@ def test_lstm_falls_back_to_the_loop():
 
 
 def test_kwt_vmap_matches_plain_loop():
-    from powertrip.workloads.speech import build_kwt
+    from powertrip.core.workloads.speech import build_kwt
 
     workload = get_workload("speech")
     torch.manual_seed(0)
@@ -146,7 +146,7 @@ def test_bad_trainer_settings_are_named():
 
 
 def test_device_auto_is_cuda_only_when_present_and_cuda_without_one_says_why():
-    from powertrip.training import resolve_device
+    from powertrip.core.training import resolve_device
 
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from powertrip.report import claims as C
+from powertrip.app.report import claims as C
 
 
 def test_mean_ci_matches_the_t_interval():

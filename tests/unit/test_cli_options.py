@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from powertrip.cli import build_parser, explicit_settings, load_config, main
-from powertrip.config import ConfigError, RunConfig
-from powertrip.experiments.commands import previous_run, time_bound
+from powertrip.app.cli import build_parser, explicit_settings, load_config, main
+from powertrip.app.experiments.commands import previous_run, time_bound
+from powertrip.core.config import ConfigError, RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,8 +118,8 @@ def test_bad_values_exit_2_before_anything_is_created(tmp_path, capsys, argv, wo
 
 
 def test_sites_beyond_femnist_training_samples(tmp_path, capsys):
-    from powertrip.experiments.datacmd import training_samples
-    from powertrip.workloads import get_workload
+    from powertrip.app.experiments.datacmd import training_samples
+    from powertrip.core.workloads import get_workload
 
     available = training_samples(get_workload("femnist"))
     assert available and available > 10_000
@@ -131,8 +131,8 @@ def test_sites_beyond_femnist_training_samples(tmp_path, capsys):
 
 
 def test_training_samples_match_the_loaded_data():
-    from powertrip.experiments.datacmd import training_samples
-    from powertrip.workloads import get_workload
+    from powertrip.app.experiments.datacmd import training_samples
+    from powertrip.core.workloads import get_workload
 
     assert training_samples(get_workload("speech")) == 249
     # synthetic generates a site's data beyond its 200 users: no limit to check against
@@ -194,7 +194,7 @@ def test_previous_run_judges_reuse(tmp_path):
 
 
 def test_reproduce_set_is_written_into_its_base_config(tmp_path, capsys):
-    from powertrip.cli import _reproduce_config
+    from powertrip.app.cli import _reproduce_config
 
     args = build_parser().parse_args(
         ["reproduce", "--set", "lr=0.05", "--set", "policy_params.gain=separable"]
@@ -210,7 +210,7 @@ def test_reproduce_set_is_written_into_its_base_config(tmp_path, capsys):
 
 
 HELP_COMMANDS = [
-    ["-m", "powertrip.cli", *c]
+    ["-m", "powertrip.app.cli", *c]
     for c in (["--help"], ["run", "--help"], ["compare", "--help"], ["sweep", "--help"])
 ] + [["-m", f"services.{s}", "--help"] for s in ("aggregator", "policy", "profiler", "site_worker")]
 
@@ -229,7 +229,7 @@ def test_help_says_nothing_empty_about_defaults(argv):
 def test_compare_reuses_finished_runs_and_resumes_an_interrupted_one(tmp_path):
     out = tmp_path / "cmp"
     argv = [
-        sys.executable, "-m", "powertrip.cli", "compare", "--workload", "synthetic",
+        sys.executable, "-m", "powertrip.app.cli", "compare", "--workload", "synthetic",
         "--policies", "static,all", "--sites", "8", "--max-rounds", "3", "--seed", "1",
         "--out", str(out), "--quiet",
     ]  # fmt: skip
@@ -261,7 +261,7 @@ def test_compare_reuses_finished_runs_and_resumes_an_interrupted_one(tmp_path):
 def test_compare_runs_one_policy_twice_with_its_own_parameters(tmp_path):
     out = tmp_path / "cmp"
     argv = [
-        sys.executable, "-m", "powertrip.cli", "compare", "--workload", "synthetic",
+        sys.executable, "-m", "powertrip.app.cli", "compare", "--workload", "synthetic",
         "--policies", "static:k=2,static:k=5", "--sites", "8", "--max-rounds", "2",
         "--out", str(out), "--quiet",
     ]  # fmt: skip
@@ -281,7 +281,7 @@ def test_load_config_rejects_a_bad_set_before_validation():
 def test_resume_goes_on_with_what_a_later_setting_meant_when_the_run_started(tmp_path):
     """A run stored before fused_sgd existed trained with plain SGD: --resume keeps that,
     not today's default; a run stored with the setting keeps its own value."""
-    from powertrip.cli import _resume_args
+    from powertrip.app.cli import _resume_args
 
     def resumed(stored: dict) -> RunConfig:
         run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
@@ -302,12 +302,12 @@ def test_resume_goes_on_with_what_a_later_setting_meant_when_the_run_started(tmp
 def test_report_interrupted_says_so_and_exits_130(tmp_path, capsys, monkeypatch):
     """Ctrl-C while `powertrip report` draws: one line saying what to run again, no
     traceback, exit 128 + SIGINT."""
-    import powertrip.report
+    import powertrip.app.report
 
     def interrupted(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(powertrip.report, "render", interrupted)
+    monkeypatch.setattr(powertrip.app.report, "render", interrupted)
     assert main(["report", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     assert err.strip() == (

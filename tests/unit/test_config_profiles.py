@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.config import FIELD_CHOICES, ConfigError, RunConfig, parse_setting
-from powertrip.profiles import PopulationSpec, generate_population, site_id, site_index
-from powertrip.timemodel import propagation_delay_s
+from powertrip.core.config import FIELD_CHOICES, ConfigError, RunConfig, parse_setting
+from powertrip.core.profiles import PopulationSpec, generate_population, site_id, site_index
+from powertrip.core.timemodel import propagation_delay_s
 
 
 def test_yaml_round_trip(tmp_path):
@@ -164,7 +164,7 @@ def test_every_choice_setting_names_its_values_wherever_it_is_read(name):
 
 
 def test_link_model_is_a_choice_and_stored_runs_without_it_ran_inverse():
-    from powertrip.config import LATER_SETTINGS, experiment_differences
+    from powertrip.core.config import LATER_SETTINGS, experiment_differences
 
     assert FIELD_CHOICES["link_model"] == ("inverse", "fig5")
     with pytest.raises(ConfigError, match="link_model must be one of inverse, fig5"):

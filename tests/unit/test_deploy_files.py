@@ -205,7 +205,7 @@ def _entrypoint():
 
 
 def test_entrypoint_builds_the_run_config_from_the_environment():
-    from powertrip.config import ConfigError
+    from powertrip.core.config import ConfigError
 
     entry = _entrypoint()
     config = entry.run_config(

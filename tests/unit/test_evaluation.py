@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-from powertrip.config import RunConfig
-from powertrip.training import eval_subset, evaluate
-from powertrip.workloads import get_workload
+from powertrip.core.config import RunConfig
+from powertrip.core.training import eval_subset, evaluate
+from powertrip.core.workloads import get_workload
 from services.aggregator.evaluator import eval_threads
 
 
@@ -68,7 +68,7 @@ def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
 def test_evaluation_in_short_forward_passes_is_bit_identical(name, monkeypatch):
     """EVAL_FORWARD_ROWS only splits the forward pass: every row's logits, and so the
     accuracy and the loss (still summed per batch), are those of one whole-batch pass."""
-    from powertrip import training
+    from powertrip.core import training
 
     workload, model, x, y = _held_out_and_model(name, seed=1)
     results = []

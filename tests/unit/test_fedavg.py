@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from powertrip.fedavg import StreamingFedAvg, apply_delta, weighted_average
+from powertrip.core.fedavg import StreamingFedAvg, apply_delta, weighted_average
 
 
 def _delta(value, shape=(2, 3)):
@@ -141,7 +141,7 @@ def test_blockwise_accumulation_is_bit_identical_to_one_whole_tensor_add(threads
 
     import torch
 
-    from powertrip.fedavg import _BLOCK, _accumulate
+    from powertrip.core.fedavg import _BLOCK, _accumulate
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -172,7 +172,7 @@ def test_a_failure_in_a_helper_thread_reaches_the_caller():
     and leave a wrong sum unannounced."""
     from concurrent.futures import Executor, Future
 
-    from powertrip.fedavg import _BLOCK, _accumulate
+    from powertrip.core.fedavg import _BLOCK, _accumulate
 
     class FailingPool(Executor):
         def submit(self, fn, /, *args, **kwargs):
@@ -186,7 +186,7 @@ def test_a_failure_in_a_helper_thread_reaches_the_caller():
 
 
 def test_a_delta_of_the_wrong_size_is_refused_before_anything_is_added():
-    from powertrip.fedavg import _BLOCK, _accumulate
+    from powertrip.core.fedavg import _BLOCK, _accumulate
 
     acc = np.zeros(4 * _BLOCK)
     good, short = np.ones(4 * _BLOCK, np.float32), np.ones(3 * _BLOCK, np.float32)

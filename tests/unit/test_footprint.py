@@ -1,4 +1,4 @@
-"""Energy, egress cost and carbon (powertrip/footprint.py) against numbers worked out by
+"""Energy, egress cost and carbon (powertrip/core/footprint.py) against numbers worked out by
 hand, the settings that price them, and finished runs stored before they existed."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from powertrip import footprint as F
-from powertrip.config import LATER_SETTINGS, ConfigError, RunConfig, experiment_differences
-from powertrip.experiments.plan import is_done
+from powertrip.app.experiments.plan import is_done
+from powertrip.core import footprint as F
+from powertrip.core.config import LATER_SETTINGS, ConfigError, RunConfig, experiment_differences
 from services.aggregator.report import footprint_summary
 from services.aggregator.run_result import LoopResult
 
@@ -152,7 +152,7 @@ def _status(path: Path) -> str:
 
 # ---- what the aggregator charges on each clock (services/aggregator/accounting.py) -------
 def test_the_simulated_clock_charges_the_time_models_round():
-    from powertrip.timemodel import RoundTime, SiteTime
+    from powertrip.core.timemodel import RoundTime, SiteTime
     from powertrip.v1 import common_pb2, policy_pb2
     from services.aggregator.accounting import Accounting
     from services.aggregator.clock import ModelRound

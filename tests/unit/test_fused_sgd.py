@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from powertrip.batched import train_sites
-from powertrip.fused_sgd import sgd_in_backward
-from powertrip.training import train_local
-from powertrip.workloads import get_workload
+from powertrip.core.batched import train_sites
+from powertrip.core.fused_sgd import sgd_in_backward
+from powertrip.core.training import train_local
+from powertrip.core.workloads import get_workload
 
 
 def _train(workload, model, jobs, **kwargs):

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from powertrip.experiments import reproduce as R
-from powertrip.experiments.grouplock import LOCK_NAME, GroupLock
-from powertrip.experiments.jobs import helper_argv
+from powertrip.app.experiments import reproduce as R
+from powertrip.app.experiments.grouplock import LOCK_NAME, GroupLock
+from powertrip.app.experiments.jobs import helper_argv
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from powertrip.experiments.grouplock import GroupLock
+from powertrip.app.experiments.grouplock import GroupLock
 lock = GroupLock(Path(sys.argv[1]))
 print("held" if lock.acquire() else "busy", flush=True)
 time.sleep(60)
@@ -95,7 +95,7 @@ def test_helpers_repeat_the_command_without_jobs_summary_or_reports(argv, expect
 
 
 def test_jobs_must_be_positive(tmp_path, capsys):
-    from powertrip import cli
+    from powertrip.app import cli
 
     code = cli.main(
         ["reproduce", "--workload", "synthetic", "--quick", "--jobs", "0", "--out", str(tmp_path)]

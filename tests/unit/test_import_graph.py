@@ -1,6 +1,19 @@
-"""No import circle among powertrip modules (issue #17), counting every import in a file:
-module level, inside functions and under TYPE_CHECKING alike, and package __init__
-re-exports. A function-body import hides a circle from the interpreter, not from a reader.
+"""The import graph of `powertrip/`, `services/` and `bench/`: no circle (issue #17) and
+the floors of the library (issue #32), counting every import in a file: module level,
+inside functions and under TYPE_CHECKING alike, and package __init__ re-exports. A
+function-body import hides a dependency from the interpreter, not from a reader.
+
+The floors, bottom up (`powertrip/__init__.py` says what each holds):
+
+* core (`powertrip.core`): imports only the core, and neither gRPC nor protobuf;
+* edge (`powertrip.v1`, `powertrip.rpc`, `powertrip.linkshaping`): core and edge;
+* each service (`services.<name>`): core, edge and its own package, never another service;
+* application (`powertrip.app`): any floor of the library, never a service (it starts them
+  as processes by module name).
+
+Nothing imports the application but the entry point `powertrip.__main__` (and `bench/`, a
+harness that drives the product as a user does). The bare `powertrip` package (its
+`__version__`) is below every floor.
 """
 
 from __future__ import annotations
@@ -11,10 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def module_files(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
+PACKAGES = ("powertrip", "services", "bench")
+
+
+def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[Path, bool]]:
     """Dotted module name -> (file, is a package __init__) for every .py under root/package."""
     found: dict[str, tuple[Path, bool]] = {}
-    for path in sorted((root / package).rglob("*.py")):
+    paths = (path for package in packages for path in sorted((root / package).rglob("*.py")))
+    for path in paths:
         parts = list(path.relative_to(root).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         if is_package:
@@ -35,14 +52,14 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def import_graph(root: Path, package: str = "powertrip") -> dict[str, set[str]]:
-    """module -> the modules of `package` it imports anywhere in its file.
+def import_graph(root: Path, package: str | tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """module -> the modules of `package`(s) it imports anywhere in its file.
 
     `from P import n` depends on P.n when that is a module, else on P (n is a name P's
     __init__ defines). Importing a module also runs its parent packages' __init__, so those
     count too, except the importer's own parents: they are already imported before it runs.
     """
-    modules = module_files(root, package)
+    modules = module_files(root, (package,) if isinstance(package, str) else package)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, (path, is_package) in modules.items():
         here = name if is_package else name.rpartition(".")[0]
@@ -125,9 +142,140 @@ def _circle(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     raise AssertionError(f"no circle through {start} in {sorted(group)}")
 
 
-def test_no_import_cycles_in_powertrip():
+def external_imports(path: Path) -> set[str]:
+    """The top-level names of every module a file imports (grpc, google, numpy, ...)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+EDGE = ("powertrip.v1", "powertrip.rpc", "powertrip.linkshaping")
+#: third-party packages the core must not import: it is the floor without the wire
+CORE_FORBIDDEN = {"grpc", "google", "grpc_health", "grpc_reflection"}
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def floor(module: str) -> str:
+    """The floor a module belongs to: core, edge, app, service:<name>, bench, entry, root."""
+    if module == "powertrip":
+        return "root"
+    if module == "powertrip.__main__":
+        return "entry"
+    if _under(module, ("powertrip.core",)):
+        return "core"
+    if _under(module, EDGE):
+        return "edge"
+    if _under(module, ("powertrip.app",)):
+        return "app"
+    if module == "services":
+        return "root"
+    if module.startswith("services."):
+        return "service:" + module.split(".")[1]
+    if _under(module, ("bench",)):
+        return "bench"
+    return "loose"
+
+
+#: floor -> the floors it may import ("service" = its own service only)
+ALLOWED: dict[str, set[str]] = {
+    "core": {"root", "core"},
+    "edge": {"root", "core", "edge"},
+    "app": {"root", "core", "edge", "app"},
+    "entry": {"root", "app"},
+    "service": {"root", "core", "edge"},
+    "bench": {"root", "core", "edge", "app", "bench", "service"},
+    "root": {"root"},
+}
+
+
+def layer_violations(graph: dict[str, set[str]], files: dict[str, tuple[Path, bool]]) -> list[str]:
+    """Every import that goes against the floors, as 'importer -> imported (why)'."""
+    found: list[str] = []
+    for module, imported in sorted(graph.items()):
+        mine = floor(module)
+        if mine == "loose":
+            found.append(f"{module}: in no floor (move it into core, rpc or app)")
+            continue
+        kind = "service" if mine.startswith("service:") else mine
+        for target in sorted(imported):
+            theirs = floor(target)
+            if theirs.startswith("service:"):
+                if theirs == mine or kind == "bench":
+                    continue
+                found.append(f"{module} -> {target} (imports a service)")
+            elif theirs not in ALLOWED[kind]:
+                found.append(f"{module} -> {target} ({mine} may not import {theirs})")
+        if mine == "core":
+            path = files[module][0]
+            for name in sorted(external_imports(path) & CORE_FORBIDDEN):
+                found.append(f"{module} -> {name} (the core imports no gRPC or protobuf)")
+    return found
+
+
+def test_no_import_cycles():
     cycles = find_cycles(import_graph(ROOT))
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_library_keeps_its_floors():
+    files = module_files(ROOT, PACKAGES)
+    found = layer_violations(import_graph(ROOT), files)
+    assert not found, "imports against the floors:\n" + "\n".join(found)
+
+
+def test_no_loose_module_at_the_library_root():
+    """Every module of powertrip/ is in a floor's folder but the package and its entry."""
+    loose = sorted(
+        p.name for p in (ROOT / "powertrip").glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert not loose, f"modules at powertrip/'s root: {loose}"
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_floor_check_fails_on_planted_violations(tmp_path: Path):
+    """The check can fail: a core module importing the application, a service importing
+    another service, the core importing grpc, and an edge module reading a service."""
+    _plant(tmp_path, {
+        "powertrip/__init__.py": "",
+        "powertrip/core/__init__.py": "",
+        "powertrip/core/math.py": "import grpc\n\ndef f():\n    from powertrip.app import cli\n",
+        "powertrip/rpc/__init__.py": "",
+        "powertrip/rpc/wire.py": "from services.policy import servicer\n",
+        "powertrip/app/__init__.py": "",
+        "powertrip/app/cli.py": "from powertrip.core import math\n",
+        "services/__init__.py": "",
+        "services/policy/__init__.py": "",
+        "services/policy/servicer.py": "from powertrip.core import math\n",
+        "services/aggregator/__init__.py": "",
+        "services/aggregator/loop.py": "from services.policy.servicer import X\n",
+        "bench/__init__.py": "",
+        "bench/b.py": "from services.policy import servicer\nfrom powertrip.app import cli\n",
+    })
+    graph = import_graph(tmp_path, ("powertrip", "services", "bench"))
+    found = layer_violations(graph, module_files(tmp_path, ("powertrip", "services", "bench")))
+    assert found == [
+        "powertrip.core.math -> powertrip.app (core may not import app)",
+        "powertrip.core.math -> powertrip.app.cli (core may not import app)",
+        "powertrip.core.math -> grpc (the core imports no gRPC or protobuf)",
+        "powertrip.rpc.wire -> services.policy (imports a service)",
+        "powertrip.rpc.wire -> services.policy.servicer (imports a service)",
+        "services.aggregator.loop -> services.policy (imports a service)",
+        "services.aggregator.loop -> services.policy.servicer (imports a service)",
+    ]
 
 
 def test_the_check_sees_a_function_body_circle(tmp_path: Path):

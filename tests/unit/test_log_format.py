@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.service import ServiceSpec, base_parser
+from powertrip.rpc.service import ServiceSpec, base_parser
 from services.policy.config import PolicyConfig, PolicyConfigError, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ FIELDS = {"ts", "level", "service", "logger", "message"}
 
 SNIPPET = """
 import logging
-from powertrip.service import setup_process
+from powertrip.rpc.service import setup_process
 setup_process("INFO", "profiler", {fmt!r})
 log = logging.getLogger("profiler")
 log.debug("not shown")

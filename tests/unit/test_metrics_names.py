@@ -1,7 +1,7 @@
 """Every service's metrics registry follows Prometheus' naming conventions (issue #18).
 
 Each of the four services' registries is built the way its `__main__` and `serve` build it
-(`powertrip.metrics.service_registry`, the service's metrics class, the malformed-request
+(`powertrip.rpc.metrics.service_registry`, the service's metrics class, the malformed-request
 counter of `start_server`), with one child per labelled metric so every name is exposed,
 rendered with `generate_latest`, and then:
 
@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 import powertrip
-from powertrip.metrics import BUILD_INFO, build_versions, service_registry
+from powertrip.rpc.metrics import BUILD_INFO, build_versions, service_registry
 from services.aggregator.metrics import AggregatorMetrics
 from services.policy.servicer import PolicyMetrics
 from services.profiler.servicer import ProfilerMetrics

@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from powertrip.v1 import common_pb2, policy_pb2
-from services.policy.config import PolicyConfig
-from services.policy.policies import Context, PolicyError, SiteTable, get_policy, shadow_names
-from services.policy.policies.base import PastRound
-from services.policy.policies.oort import (
+from powertrip.core.policies import Context, PolicyError, SiteTable, get_policy, shadow_names
+from powertrip.core.policies.base import PastRound
+from powertrip.core.policies.oort import (
     Observation,
     exploit_utilities,
     observations,
     paced_percentile,
     preferred_duration,
 )
+from powertrip.v1 import common_pb2, policy_pb2
+from services.policy.config import PolicyConfig
 from services.policy.selection import build_context
 
 GB = 1e9

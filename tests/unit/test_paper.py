@@ -1,4 +1,4 @@
-"""The per-figure modules of powertrip.paper: the registry, no import circle, k*, and each
+"""The per-figure modules of powertrip.app.paper: the registry, no import circle, k*, and each
 figure's claims on hand-made runs (no training)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from powertrip import paper
-from powertrip.paper import (
+from powertrip.app import paper
+from powertrip.app.paper import (
     FIGURES,
     MODULES,
     SUITES,
@@ -22,16 +22,16 @@ from powertrip.paper import (
     fig09,
     fig10,
 )
-from powertrip.paper.ablation import table as ablation_table
-from powertrip.paper.common import (
+from powertrip.app.paper.ablation import table as ablation_table
+from powertrip.app.paper.common import (
     AccuracyAt,
     accuracy_at_powertrip_time,
     equal_time_claim,
     fmt_accuracy_at,
 )
-from powertrip.paper.data import VariantData, kstar, sample_of
-from powertrip.report import claims as C
-from powertrip.report.result import RunResult
+from powertrip.app.paper.data import VariantData, kstar, sample_of
+from powertrip.app.report import claims as C
+from powertrip.app.report.result import RunResult
 
 PAPER_DIR = Path(paper.__file__).parent
 
@@ -62,7 +62,7 @@ def _imports(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative to powertrip.paper
+            if node.level:  # relative to powertrip.app.paper
                 package = ["powertrip", "paper"][: 3 - node.level]
                 base = ".".join([*package, *([base] if base else [])])
             found.add(base)
@@ -75,7 +75,7 @@ def test_no_paper_module_imports_reproduce():
     files = sorted(PAPER_DIR.glob("*.py"))
     assert len(files) >= 10
     for file in files:
-        forbidden = ("powertrip.experiments.reproduce", "powertrip.experiments.plan")
+        forbidden = ("powertrip.app.experiments.reproduce", "powertrip.app.experiments.plan")
         bad = {m for m in _imports(file) if m.startswith(forbidden)}
         assert not bad, f"{file.name} imports {bad}"
 
@@ -230,7 +230,7 @@ def test_equal_time_claim_compares_baselines_that_never_reached_the_target():
 
 
 def test_time_table_has_the_equal_time_column():
-    from powertrip.paper.render import time_table
+    from powertrip.app.paper.render import time_table
 
     table = time_table(_equal_time_variant(), ["powertrip", "static-k10", "radius"])
     assert table.headers[-1] == "accuracy at PowerTrip's time to target"
@@ -238,8 +238,8 @@ def test_time_table_has_the_equal_time_column():
 
 
 def test_fig9_table_adds_energy_cost_and_carbon_to_target():
-    from powertrip.paper.render import fmt_footprint
-    from powertrip.report.objectives import OBJECTIVES
+    from powertrip.app.paper.render import fmt_footprint
+    from powertrip.app.report.objectives import OBJECTIVES
 
     v = _equal_time_variant()
     for seed, run in v.runs["powertrip"].items():
@@ -251,7 +251,7 @@ def test_fig9_table_adds_energy_cost_and_carbon_to_target():
     assert fmt_footprint(v.runs_of("powertrip"), cost) == "1.00 ± 0.00"
     assert fmt_footprint(v.runs_of("radius"), energy) == "> 9.000"
     assert fmt_footprint(v.runs_of("static-k10"), energy) == "-"  # runs before the accounting
-    from powertrip.paper.render import time_table
+    from powertrip.app.paper.render import time_table
 
     assert fig09.TABLE_FOOTPRINT  # render_figure asks time_table for these columns
     table = time_table(v, ["powertrip", "static-k10", "radius"], footprint=True)
@@ -354,7 +354,7 @@ def test_ablation_table_says_which_choice_flips_the_claim():
 # ---- rendering from run directories ------------------------------------------------------
 @pytest.mark.parametrize("figure", ["9", "13", "ablation"])
 def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
-    from powertrip.paper.render import render_all
+    from powertrip.app.paper.render import render_all
     from tests.unit.test_reproduce import made_up_sweep, write_run
 
     out = tmp_path
@@ -406,8 +406,8 @@ def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
     """Fig. 13's later arms (Fig. 9's baselines at 1 and 2 GB) hold back none of the other
     claims: one finished in every complete seed is compared, one finished in some seeds
     only is left out (not run yet), one never run is 'not run'."""
-    from powertrip.paper import fig13
-    from powertrip.paper.render import load_figure, render_all
+    from powertrip.app.paper import fig13
+    from powertrip.app.paper.render import load_figure, render_all
     from tests.unit.test_reproduce import made_up_sweep, write_run
 
     seeds = [0, 1]
@@ -447,8 +447,8 @@ def test_fig13_checks_the_score_weights_with_the_runs_m_ref():
     """alpha > beta at 1 GB and beta > alpha at 2 GB (paper §5.4), from Eq. 8's weights
     (the function the policies score with) and the M_ref PowerTrip ran with; no runs
     needed."""
-    from powertrip.paper import fig13
-    from services.policy.policies import REGISTRY, scoring
+    from powertrip.app.paper import fig13
+    from powertrip.core.policies import REGISTRY, scoring
 
     assert scoring.weights(1e9, 1.5e9) == fig13.weights(1e9, 1.5e9) == (0.6, 0.4)
     scored = [c for c in REGISTRY.values() if "m_ref_gb" in c.default_params]
@@ -472,8 +472,8 @@ def test_fig13_checks_the_score_weights_with_the_runs_m_ref():
 @pytest.mark.parametrize("link_model", ["inverse", "fig5"])
 def test_fig5_renders_from_the_population_alone(tmp_path, link_model):
     """No run directories: the figure, its table and claims come from the base config."""
-    from powertrip.config import RunConfig
-    from powertrip.paper.render import render_all
+    from powertrip.app.paper.render import render_all
+    from powertrip.core.config import RunConfig
 
     base = RunConfig(link_model=link_model, update_size_gb=1.5).to_dict()
     meta = {"seeds": [0], "sweep_k": [], "base_config": base, "cores": 2}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from powertrip.experiments import cost
+from powertrip.app.experiments import cost
 
 
 def _run(path, ks, walls, rounds=None):
@@ -33,7 +33,7 @@ def test_too_few_rounds_fall_back_to_the_projects_figures(tmp_path):
 
 
 def test_plan_prints_the_runs_to_make_and_cpu_hours_and_runs_nothing(tmp_path, capsys):
-    from powertrip.cli import main
+    from powertrip.app.cli import main
 
     _run(tmp_path / "runs/ideal/seed0/static-k3", [3] * 10, [2.9] * 10, rounds=20)
     _run(tmp_path / "runs/ideal/seed0/static-k20", [20] * 10, [8.0] * 10, rounds=20)
@@ -48,7 +48,7 @@ def test_plan_prints_the_runs_to_make_and_cpu_hours_and_runs_nothing(tmp_path, c
 
 
 def test_only_restricts_the_plan_to_the_named_set_ups(tmp_path, capsys):
-    from powertrip.cli import main
+    from powertrip.app.cli import main
 
     argv = ["reproduce", "--figure", "ablation", "--seeds", "1", "--out", str(tmp_path)]
     assert main([*argv, "--only", "calibrate", "--plan", "--quiet"]) == 0

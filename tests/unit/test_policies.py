@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.base import PastRound
-from services.policy.policies.feedback import recent_gain, rounds_without_gain
-from services.policy.policies.scoring import power_cost_scores, weights
+from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound
+from powertrip.core.policies.feedback import recent_gain, rounds_without_gain
+from powertrip.core.policies.scoring import power_cost_scores, weights
 
 GB = 1e9
 

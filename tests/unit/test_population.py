@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from powertrip.config import ConfigError, RunConfig
-from powertrip.profiles import (
+from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.profiles import (
     LINK_MODELS,
     PopulationSpec,
     distance_exponent,
@@ -20,8 +20,8 @@ from powertrip.profiles import (
     link_bandwidth,
     share_within,
 )
+from powertrip.core.timemodel import propagation_delay_s
 from powertrip.rpc.channels import open_channel
-from powertrip.timemodel import propagation_delay_s
 from powertrip.v1 import profiler_pb2, profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
@@ -109,7 +109,7 @@ def test_uniform_is_the_population_made_before_calibration():
 
 def test_another_process_builds_the_same_population():
     code = (
-        "from powertrip.profiles import PopulationSpec, generate_population;"
+        "from powertrip.core.profiles import PopulationSpec, generate_population;"
         "print(repr([tuple(s.as_dict().values()) for s in "
         "generate_population(PopulationSpec(seed=7, num_sites=30))]))"
     )

@@ -7,7 +7,13 @@ import gzip
 import numpy as np
 import pytest
 
-from powertrip.power import DomainTrace, SitePowerTrace, TraceError, assign_traces, load_domains
+from powertrip.core.power import (
+    DomainTrace,
+    SitePowerTrace,
+    TraceError,
+    assign_traces,
+    load_domains,
+)
 
 
 def test_the_shipped_cell_a_trace_loads():
@@ -64,7 +70,7 @@ def test_malformed_traces_name_the_problem(tmp_path):
 
 
 def test_domains_carry_their_cell_and_sites_are_cells_where_there_are_cells(tmp_path):
-    from powertrip.power import trace_sites
+    from powertrip.core.power import trace_sites
 
     shipped = load_domains()  # cell a only: its PDUs, labelled
     assert {d.cell for d in shipped} == {"a"}

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from services.policy.policies import Context, SiteTable, get_policy
-from services.policy.policies.base import PastRound
-from services.policy.policies.feedback import realised_below
-from services.policy.policies.powertrip import auto_k0, greedy_addition
+from powertrip.core.policies import Context, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound
+from powertrip.core.policies.feedback import realised_below
+from powertrip.core.policies.powertrip import auto_k0, greedy_addition
 
 GB = 1e9
 

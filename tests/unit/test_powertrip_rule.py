@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from powertrip.policyparams import decode, encode
-from services.policy.policies import Context, SiteTable, get_policy
-from services.policy.policies.base import PastRound, PolicyError
-from services.policy.policies.feedback import (
+from powertrip.core.policies import Context, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound, PolicyError
+from powertrip.core.policies.feedback import (
     best_in_window,
     gains_of,
     measured_efficiency,
@@ -24,6 +23,7 @@ from services.policy.policies.feedback import (
     training_phase,
     trend_series,
 )
+from powertrip.core.policyparams import decode, encode
 
 GB = 1e9
 GOLDEN = Path(__file__).parent / "data" / "powertrip_separable_golden.json"

@@ -1,4 +1,4 @@
-"""powertrip.report on small hand-written run directories (no services, no training)."""
+"""powertrip.app.report on small hand-written run directories (no services, no training)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.report import (
+from powertrip.app.report import (
     ReportError,
     RunResult,
     best_k,
@@ -22,7 +22,7 @@ from powertrip.report import (
     render,
     write_comparison,
 )
-from powertrip.report.comparison import accuracy_at_equal_time, covered_time_s, equal_time_s
+from powertrip.app.report.comparison import accuracy_at_equal_time, covered_time_s, equal_time_s
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HEADER = (
@@ -505,8 +505,8 @@ def test_runs_render_in_a_pool_with_the_same_files_and_errors(comparison_dir, mo
     and a run that cannot be rendered fails the caller with its own error."""
     import os
 
-    from powertrip.report.render import render_runs
-    from powertrip.report.rundir import run_subdirs
+    from powertrip.app.report.render import render_runs
+    from powertrip.app.report.rundir import run_subdirs
 
     runs = run_subdirs(comparison_dir)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.config import RunConfig
-from powertrip.experiments import reproduce as R
-from powertrip.experiments.suite import refine_ks
-from powertrip.paper import FIGURES, module_of
-from services.policy.policies import REGISTRY
+from powertrip.app.experiments import reproduce as R
+from powertrip.app.experiments.suite import refine_ks
+from powertrip.app.paper import FIGURES, module_of
+from powertrip.core.config import RunConfig
+from powertrip.core.policies import REGISTRY
 
 BASE = RunConfig(workload="femnist", lr=0.1, target_accuracy=0.45, max_rounds=60)
 
@@ -355,7 +355,7 @@ def test_figure_keys_6_and_7_select_one_module():
     ],
 )
 def test_cli_errors_name_the_option(tmp_path, capsys, args, message):
-    from powertrip.cli import main
+    from powertrip.app.cli import main
 
     assert main(["reproduce", *args, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err

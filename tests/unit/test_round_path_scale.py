@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from powertrip import runfiles
-from powertrip.config import RunConfig
-from powertrip.sitecolumns import row_of
+from powertrip.core import runfiles
+from powertrip.core.config import RunConfig
+from powertrip.core.policies import Context, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound
+from powertrip.rpc.sitecolumns import row_of
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.checkpoint_store import CheckpointError, CheckpointStore
 from services.aggregator.columns import site_rows
 from services.aggregator.records import WALL_HEADER, WallTimes
 from services.aggregator.run_result import LoopResult
 from services.aggregator.state import AggregatorState
-from services.policy.policies import Context, SiteTable, get_policy
-from services.policy.policies.base import PastRound
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import Measured, ProfileBook
 from services.profiler.servicer import ProfilerMetrics, ProfilerServicer
@@ -239,8 +239,8 @@ def test_the_table_is_found_in_the_reply_or_the_parsed_route_is_taken():
 
 
 def test_a_long_site_list_goes_to_a_worker_as_a_count():
-    from powertrip.experiments.runner import MAX_SITES_ARG_BYTES, site_args
-    from powertrip.profiles import site_id
+    from powertrip.app.experiments.runner import MAX_SITES_ARG_BYTES, site_args
+    from powertrip.core.profiles import site_id
 
     few = [site_id(i) for i in range(0, 100, 2)]
     assert site_args(few) == ["--sites", ",".join(few)]

@@ -1,12 +1,12 @@
-"""The run directory's schema (powertrip/runfiles.py) is what the aggregator writes and what
+"""The run directory's schema (powertrip/core/runfiles.py) is what the aggregator writes and what
 the report requires: one list, checked against both ends."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 
-from powertrip import runfiles
-from powertrip.config import RunConfig
+from powertrip.core import runfiles
+from powertrip.core.config import RunConfig
 from services.aggregator.records import RoundRow
 from services.aggregator.report import run_summary
 from services.aggregator.run_result import LoopResult

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.cli import main
-from powertrip.sitebundle import MOUNT, BundleError, BundleSpec, docker_run, make_bundle
+from powertrip.app.cli import main
+from powertrip.app.sitebundle import MOUNT, BundleError, BundleSpec, docker_run, make_bundle
 from tests.unit.test_deploy_files import DEPLOY
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")

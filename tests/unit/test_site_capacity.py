@@ -9,9 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from powertrip.config import LATER_SETTINGS, ConfigError, RunConfig
-from powertrip.power import DomainTrace, SitePowerTrace, assign_traces, load_domains
-from powertrip.profiles import GPUS_PER_SITE, PopulationSpec, generate_population, gpus_available
+from powertrip.core.config import LATER_SETTINGS, ConfigError, RunConfig
+from powertrip.core.power import DomainTrace, SitePowerTrace, assign_traces, load_domains
+from powertrip.core.profiles import (
+    GPUS_PER_SITE,
+    PopulationSpec,
+    generate_population,
+    gpus_available,
+)
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
 

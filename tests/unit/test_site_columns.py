@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.profiles import PopulationSpec, generate_population
-from powertrip.sitecolumns import (
+from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
+from powertrip.core.policies.base import PastRound
+from powertrip.core.policies.scoring import rank_asc, rank_desc
+from powertrip.core.profiles import PopulationSpec, generate_population
+from powertrip.rpc.sitecolumns import (
     ColumnsError,
     columns_from_profiles,
     num_sites,
@@ -16,9 +19,6 @@ from powertrip.sitecolumns import (
 )
 from powertrip.v1 import common_pb2, policy_pb2
 from services.policy.config import PolicyConfig
-from services.policy.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
-from services.policy.policies.base import PastRound
-from services.policy.policies.scoring import rank_asc, rank_desc
 from services.policy.selection import build_context, select
 from services.policy.servicer import to_selection
 
@@ -197,7 +197,7 @@ def test_shared_rankings_do_not_leak_between_policies_or_parameters():
 def test_the_heap_thresholds_are_set_where_glibc_is():
     import platform
 
-    from powertrip.heap import keep_buffers_on_heap
+    from powertrip.rpc.heap import keep_buffers_on_heap
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")

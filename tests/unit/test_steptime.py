@@ -1,5 +1,5 @@
 """tau_source (issue #36): tau as given (fixed, the default) or measured from the workload's
-real steps (powertrip/steptime.py, services/aggregator/tau.py); timers are injected."""
+real steps (powertrip/core/steptime.py, services/aggregator/tau.py); timers are injected."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from powertrip.config import LATER_SETTINGS, ConfigError, RunConfig, experiment_differences
-from powertrip.steptime import measured_tau_s, time_steps
-from powertrip.workloads import get_workload
+from powertrip.core.config import LATER_SETTINGS, ConfigError, RunConfig, experiment_differences
+from powertrip.core.steptime import measured_tau_s, time_steps
+from powertrip.core.workloads import get_workload
 from services.aggregator.report import run_summary
 from services.aggregator.run_result import LoopResult
 from services.aggregator.tau import run_with_tau

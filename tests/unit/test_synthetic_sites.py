@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.workloads import get_workload
-from powertrip.workloads.base import PartitionedSites
-from powertrip.workloads.synthetic import (
+from powertrip.core.workloads import get_workload
+from powertrip.core.workloads.base import PartitionedSites
+from powertrip.core.workloads.synthetic import (
     MAX_GROUPED_SITES,
     NUM_CLASSES,
     NUM_FEATURES,
@@ -90,7 +90,7 @@ def test_a_site_trains_on_its_generated_data(workload):
     """What the site worker does with a task, end to end on one generated site."""
     import torch
 
-    from powertrip.training import train_local
+    from powertrip.core.training import train_local
 
     sites = workload.site_data(None, 1_000, 0)
     x, y = sites.site(999)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from powertrip import timemodel as tm
+from powertrip.core import timemodel as tm
 
 
 def test_propagation_delay_of_1000_miles_in_fibre():

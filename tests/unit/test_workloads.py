@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from powertrip.training import batch_indices, site_seed, train_local
-from powertrip.workloads import DataError, UnknownWorkload, get_workload
-from powertrip.workloads.base import partition_by_user
+from powertrip.core.training import batch_indices, site_seed, train_local
+from powertrip.core.workloads import DataError, UnknownWorkload, get_workload
+from powertrip.core.workloads.base import partition_by_user
 
 
 @pytest.fixture(scope="module")

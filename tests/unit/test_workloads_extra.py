@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from powertrip.training import make_optimizer, train_local
-from powertrip.workloads import (
+from powertrip.core.training import make_optimizer, train_local
+from powertrip.core.workloads import (
     DataError,
     audio,
     get_workload,
@@ -22,7 +22,7 @@ from powertrip.workloads import (
     shakespeare_text,
     speech,
 )
-from powertrip.workloads.base import default_data_root
+from powertrip.core.workloads.base import default_data_root
 
 SPEECH_DIR = default_data_root() / "speech_commands"
 

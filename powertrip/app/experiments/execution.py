@@ -1,0 +1,163 @@
+"""Executing planned runs: group by group, each group on one profiler + policy, under the
+group's lock, PowerTrip first and every other arm cut off at a multiple of its time.
+
+`execute` is the one place runs are made for `powertrip reproduce` (every phase); a run
+whose summary says done with the same settings is skipped, an unfinished one starts afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powertrip.app.experiments.grouplock import GroupLock
+from powertrip.app.experiments.plan import arm_config, group_reference, is_done, variant_config
+from powertrip.app.experiments.suite import RunSpec, Variant
+from powertrip.app.paper import VARIANTS
+from powertrip.core.config import RunConfig
+
+
+@dataclass
+class RunLog:
+    spec: RunSpec
+    status: str  # ran | skipped | busy (another process holds its group) | failed
+    seconds: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class Progress:
+    """'run i/N' with an ETA from the mean duration of the runs made so far (phases add
+    to N as they learn what they need)."""
+
+    total: int = 0
+    started: int = 0
+    seconds: list[float] = dataclasses.field(default_factory=list)
+
+    def line(self, label: str) -> str:
+        self.started += 1
+        text = f"run {self.started}/{self.total}: {label}"
+        if self.seconds:
+            mean = sum(self.seconds) / len(self.seconds)
+            text += f" (ETA {_duration(mean * (self.total - self.started + 1))})"
+        return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def execute(
+    runs: Sequence[RunSpec],
+    out: Path,
+    base: RunConfig,
+    *,
+    budget_factor: float,
+    force_workload: bool = False,
+    show_progress: bool = True,
+    log: Callable[[str], Any] = print,
+    progress: Progress | None = None,
+) -> list[RunLog]:
+    """Run what is not done yet, group by group (one profiler + policy per group)."""
+    progress = progress if progress is not None else Progress()
+    logs: list[RunLog] = []
+    groups: dict[tuple[str, int], list[RunSpec]] = {}
+    for spec in runs:
+        groups.setdefault((spec.variant, spec.seed), []).append(spec)
+    todo: dict[tuple[str, int], tuple[RunConfig, list[RunSpec]]] = {}
+    for (variant_name, seed), specs in groups.items():
+        variant = VARIANTS[variant_name]
+        config = variant_config(base, variant, seed, force_workload=force_workload)
+        missing = [s for s in specs if not is_done(s.path(out), arm_config(config, s.arm, variant))]
+        for spec in specs:
+            if spec not in missing:
+                logs.append(RunLog(spec, "skipped"))
+                log(f"skip {variant_name} seed {seed} {spec.arm.name}: already done")
+        if missing:
+            todo[(variant_name, seed)] = (config, missing)
+    progress.total += sum(len(m) for _, m in todo.values())
+    for (variant_name, seed), (config, missing) in todo.items():
+        variant = VARIANTS[variant_name]
+        group_dir = out / "runs" / variant_name / f"seed{seed}"
+        with GroupLock(group_dir) as lock:
+            if not lock.acquire():
+                progress.total -= len(missing)
+                logs.extend(RunLog(spec, "busy") for spec in missing)
+                log(f"busy {variant_name} seed {seed}: another reproduce ({lock.owner()}) runs it")
+                continue
+            # another process may have finished some of them since the plan was made
+            done = [s for s in missing if is_done(s.path(out), arm_config(config, s.arm, variant))]
+            progress.total -= len(done)
+            logs.extend(RunLog(spec, "skipped") for spec in done)
+            missing = [s for s in missing if s not in done]
+            if missing:
+                logs += _run_group(
+                    out,
+                    variant,
+                    seed,
+                    config,
+                    missing,
+                    budget_factor=budget_factor,
+                    progress=progress,
+                    log=log,
+                    show_progress=show_progress,
+                )
+    return logs
+
+
+def _run_group(
+    out: Path,
+    variant: Variant,
+    seed: int,
+    config: RunConfig,
+    missing: Sequence[RunSpec],
+    *,
+    budget_factor: float,
+    progress: Progress,
+    log: Callable[[str], Any],
+    show_progress: bool,
+) -> list[RunLog]:
+    """One group's runs, one after another on one profiler + policy (its lock held)."""
+    from powertrip.app.experiments.launcher import Deployment
+    from powertrip.app.experiments.runner import ChildExited, RunError, run_once
+
+    logs: list[RunLog] = []
+    variant_name = variant.name
+    group_dir = out / "runs" / variant_name / f"seed{seed}"
+    group_dir.mkdir(parents=True, exist_ok=True)
+    config.write_yaml(group_dir / "base-config.yaml")
+    with Deployment(group_dir / "base-config.yaml", group_dir / "logs") as deployment:
+        for spec in missing:
+            run_config = arm_config(config, spec.arm, variant)
+            reference = group_reference(out, variant_name, seed)
+            if variant.budget and budget_factor and reference is not None:
+                cap_h = budget_factor * reference / 3600
+                if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
+                    run_config.max_sim_hours = cap_h
+            run_dir = spec.path(out)
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # an unfinished or outdated run starts afresh
+            label = f"{variant_name}/s{seed}/{spec.arm.name}"
+            log(progress.line(label))
+            started = time.monotonic()
+            try:
+                run_once(run_config, run_dir, deployment, label=label, show_progress=show_progress)
+            except ChildExited:
+                raise  # a process died under the run: stop (exit 3), not the next run
+            except RunError as exc:
+                logs.append(RunLog(spec, "failed", time.monotonic() - started, str(exc)))
+                log(f"FAILED {label}: {exc}")
+                continue
+            seconds = time.monotonic() - started
+            progress.seconds.append(seconds)
+            logs.append(RunLog(spec, "ran", seconds))
+            log(f"ran {label} in {seconds:.0f} s")
+    return logs

@@ -1,0 +1,259 @@
+"""Held-out seeds: the online policies against a k* they could not have seen (not a figure of
+the paper).
+
+The paper's static k* comes from an offline sweep; PowerTrip needs none. Judging PowerTrip
+against the k* of the very seeds it runs on hands the static baseline an oracle. Here k* is
+chosen on the training seeds `TRAIN_SEEDS` (the uniform set-up's full sweep, Figs. 8-9) and
+the online policies (`powertrip`, `adaptive`) and static k* are run on `HELDOUT_SEEDS`, never
+used to choose anything. Each held-out seed's own best k (the oracle, over a small grid
+around k*) is reported too.
+
+Comparisons are paired per seed: the relative difference (t_policy - t_static) / t_static of
+each held-out seed, its mean and a bootstrap 95 % CI over seeds (10,000 resamples, fixed
+seed). No run is cut off near k* (`--budget-factor 0`): a cut-off time is a lower bound,
+and is marked '>' wherever it enters.
+
+    powertrip reproduce --figure heldout --set seed=5 --seeds 5 --k 1,2,3,5,7 \\
+        --no-refine --budget-factor 0 --out results/reproduce
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from powertrip.app.experiments.suite import Suite, static_arm
+from powertrip.app.paper.data import UNIFORM, VariantData, fill_runs, load_variant, sample_of
+from powertrip.app.report import claims as C
+from powertrip.app.report.figures import new_figure, save_figure
+from powertrip.app.report.html import Table
+
+#: the seeds whose full sweep chooses k* (Figs. 8-9) and the seeds held out from it
+TRAIN_SEEDS = (0, 1, 2, 3, 4)
+HELDOUT_SEEDS = (5, 6, 7, 8, 9)
+ONLINE = ("powertrip", "adaptive")
+#: the issue's goal for an online policy: within this share of the static optimum
+WITHIN = 0.05
+BOOTSTRAP_RESAMPLES = 10_000
+
+SUITE = Suite(
+    "heldout",
+    "Held-out seeds: the online policies against k* chosen on other seeds",
+    "Not a figure of the paper. The paper compares PowerTrip with the static k* of an "
+    "offline sweep; here k* is chosen on seeds 0-4 and every comparison is made on seeds "
+    "5-9, with each held-out seed's own best k (the oracle) beside it.",
+    (UNIFORM.name,),
+    ("powertrip", "adaptive", "sweep"),
+)
+VARIANTS = ()
+TABLE_TITLE = "Times per held-out seed"
+
+
+def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
+    """'train': the uniform sweep on TRAIN_SEEDS (its k* is the baseline's k); 'heldout':
+    the online policies and the static k that finished on every held-out seed."""
+    grid = [int(k) for k in meta.get("sweep_k") or []]
+    train = load_variant(
+        out, UNIFORM.name, UNIFORM.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
+    )
+    ks = sorted(
+        {
+            int(p.name.removeprefix("static-k"))
+            for seed in HELDOUT_SEEDS
+            for p in (out / "runs" / UNIFORM.name / f"seed{seed}").glob("static-k*")
+            if p.name.removeprefix("static-k").isdigit()
+        }
+    )
+    arms = [*ONLINE, *(static_arm(k).name for k in ks)]
+    heldout = VariantData(UNIFORM.name, UNIFORM.label, arms, all_seeds=list(HELDOUT_SEEDS))
+    fill_runs(heldout, out, arms, HELDOUT_SEEDS)
+    heldout.sweep = [k for k in ks if len(heldout.runs.get(static_arm(k).name, {})) > 0]
+    heldout.seeds = [
+        s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
+    ]
+    heldout.kstar = train.kstar
+    return {"train": train, "heldout": heldout}
+
+
+def _time(v: VariantData, seed: int, k_or_arm: int | str) -> C.Sample | None:
+    arm = static_arm(k_or_arm).name if isinstance(k_or_arm, int) else k_or_arm
+    run = v.runs.get(arm, {}).get(seed)
+    return None if run is None else sample_of(run)
+
+
+def oracle(v: VariantData, seed: int) -> tuple[int, C.Sample] | None:
+    """The held-out seed's own fastest static k among those that reached the target."""
+    best: tuple[int, C.Sample] | None = None
+    for k in v.sweep:
+        s = _time(v, seed, k)
+        if s is not None and s.reached and (best is None or s.value < best[1].value):
+            best = (k, s)
+    return best
+
+
+def paired_bootstrap(
+    diffs: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of per-seed differences and its bootstrap 95 % CI (the
+    seeds resampled with replacement); NaN bounds with fewer than two seeds."""
+    xs = np.asarray(diffs, dtype=np.float64)
+    if xs.size == 0:
+        return math.nan, math.nan, math.nan
+    if xs.size < 2:
+        return float(xs.mean()), math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = xs[rng.integers(0, xs.size, size=(resamples, xs.size))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(xs.mean()), float(low), float(high)
+
+
+def relative(a: C.Sample, b: C.Sample) -> tuple[float, str]:
+    """(t_a - t_b) / t_b, and which way a cut-off bends it ('' exact, '>' or '<' a bound)."""
+    value = (a.value - b.value) / b.value
+    if a.reached and b.reached:
+        return value, ""
+    if not a.reached and b.reached:
+        return value, ">"
+    if a.reached and not b.reached:
+        return value, "<"
+    return value, "?"
+
+
+def verdict(mean: float, low: float, high: float, bounds: str) -> str:
+    """'faster' when the CI lies below 0; 'within 5 %' when it lies inside +-5 % (the
+    goal, even if it excludes 0); 'slower' when it lies above 0; else 'level (CI wide)';
+    'unclear' where cut-off runs leave the direction open."""
+    if not math.isfinite(mean):
+        return "n/a"
+    if not math.isfinite(low):
+        return "unclear (one seed)"
+    if "?" in bounds or ("<" in bounds and ">" in bounds):
+        return "unclear"
+    if math.isfinite(high) and high < 0:
+        return "faster"
+    if math.isfinite(low) and -WITHIN <= low and high <= WITHIN and "<" not in bounds:
+        return "within 5 %"
+    if math.isfinite(low) and low > 0:
+        return "slower" if "<" not in bounds else "unclear"
+    return "level (CI wide)"
+
+
+def comparison(v: VariantData, arm: str, against: str) -> tuple[list[float], str, list[int]]:
+    """Per held-out seed (t_arm - t_ref) / t_ref with ref the static k* ('kstar') or the
+    seed's own oracle ('oracle'); the bound marks; the seeds used."""
+    diffs, marks, seeds = [], "", []
+    for seed in v.seeds:
+        a = _time(v, seed, arm)
+        if against == "kstar":
+            b = _time(v, seed, v.kstar) if v.kstar is not None else None
+        else:
+            found = oracle(v, seed)
+            b = found[1] if found else None
+        if a is None or b is None:
+            continue
+        value, mark = relative(a, b)
+        diffs.append(value)
+        marks += mark
+        seeds.append(seed)
+    return diffs, marks, seeds
+
+
+def _fmt(mean: float, low: float, high: float, marks: str) -> str:
+    if not math.isfinite(mean):
+        return "not run"
+    prefix = ">" if ">" in marks and "<" not in marks else ""
+    ci = f" [{low:+.0%}, {high:+.0%}]" if math.isfinite(low) else ""
+    return f"{prefix}{mean:+.1%}{ci}"
+
+
+def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.ClaimRow]:
+    train, v = d["train"], d["heldout"]
+    rows = []
+    k = train.kstar
+    for arm in ONLINE:
+        for against, label in (
+            ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
+            (
+                "oracle",
+                "each held-out seed's own best static k",
+            ),
+        ):
+            diffs, marks, seeds = comparison(v, arm, against)
+            mean, low, high = paired_bootstrap(diffs)
+            holds = verdict(mean, low, high, marks)
+            rows.append(
+                C.ClaimRow(
+                    "heldout",
+                    f"{arm} against {label}, held-out seeds",
+                    "PowerTrip beats static k* (paper §5.3)"
+                    if arm == "powertrip" and against == "kstar"
+                    else "goal: within 5 % or faster",
+                    _fmt(mean, low, high, marks)
+                    + (" (time to target vs the static run)" if diffs else ""),
+                    holds,
+                    len(seeds),
+                    why=f"held-out seeds {seeds}; k* from train seeds {train.seeds}"
+                    + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
+                )
+            )
+    return rows
+
+
+def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
+    train, v = d["train"], d["heldout"]
+    rows = []
+    for seed in v.all_seeds:
+        cells = [str(seed)]
+        for arm in (*ONLINE, v.kstar):
+            s = _time(v, seed, arm) if arm is not None else None
+            cells.append(C.fmt_time([s]) if s is not None else "-")
+        found = oracle(v, seed)
+        cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
+        for arm in ONLINE:
+            run = v.runs.get(arm, {}).get(seed)
+            cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
+        rows.append(cells)
+    headers = [
+        "held-out seed",
+        "powertrip (h)",
+        "adaptive (h)",
+        f"static k* = {v.kstar} (h)",
+        "oracle k: time (h)",
+        "powertrip mean k",
+        "adaptive mean k",
+    ]
+    caption = (
+        f"k* = {train.kstar} chosen on seeds {train.seeds} over the grid {train.sweep}; "
+        f"held-out grid {v.sweep}; '>' a run cut off before the target"
+    )
+    return [Table(headers, rows, caption=caption)]
+
+
+def _hours(sample: C.Sample | None) -> float:
+    return sample.value / 3600 if sample is not None else np.nan
+
+
+def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
+    v = d["heldout"]
+    fig = new_figure(7.5, 4.0)
+    ax = fig.add_subplot()
+    seeds = list(v.all_seeds)
+    styles = {"powertrip": ("tab:red", "o"), "adaptive": ("tab:green", "s")}
+    for arm, (color, marker) in styles.items():
+        ys = [_hours(_time(v, s, arm)) for s in seeds]
+        ax.plot(seeds, ys, marker=marker, color=color, linestyle="", label=arm)
+    if v.kstar is not None:
+        ys = [_hours(_time(v, s, v.kstar)) for s in seeds]
+        label = f"static k* = {v.kstar} (seeds 0-4)"
+        ax.plot(seeds, ys, marker="_", markersize=18, color="tab:blue", linestyle="", label=label)
+    ys = [_hours(found[1]) if (found := oracle(v, s)) else np.nan for s in seeds]
+    ax.plot(seeds, ys, marker="x", color="black", linestyle="", label="oracle (own best k)")
+    ax.set_xlabel("held-out seed")
+    ax.set_ylabel("time to target (simulated h)")
+    ax.set_title("Held-out seeds: time to target per policy")
+    ax.legend(fontsize=8)
+    return [save_figure(fig, out / "heldout_times.png")]

@@ -1,0 +1,85 @@
+"""The policy catalogue: a policy is one module here plus one entry below.
+
+Policies are pure (`Context -> Decision`, numpy only), so they live in the core: the policy
+service serves them over gRPC and the CLI checks names and parameters against the same
+`REGISTRY` (each class's `name`, `summary`, `details` and `default_params`) before anything
+starts.
+"""
+
+from __future__ import annotations
+
+from powertrip.core.policies.adaptive import Adaptive
+from powertrip.core.policies.all_sites import AllSites
+from powertrip.core.policies.base import (
+    CENTRALIZED,
+    FEDERATED,
+    Context,
+    Decision,
+    PastRound,
+    Policy,
+    PolicyError,
+    SiteTable,
+)
+from powertrip.core.policies.centralized import Centralized, Centralized25, Centralized50
+from powertrip.core.policies.highest_power import HighestPower
+from powertrip.core.policies.lowest_latency import LowestLatency
+from powertrip.core.policies.oort import Oort
+from powertrip.core.policies.powertrip import PowerTrip
+from powertrip.core.policies.radius import Radius
+from powertrip.core.policies.random_k import RandomK
+from powertrip.core.policies.static import StaticK
+
+REGISTRY: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        PowerTrip,
+        Adaptive,
+        StaticK,
+        RandomK,
+        Centralized,
+        Centralized25,
+        Centralized50,
+        Radius,
+        HighestPower,
+        LowestLatency,
+        AllSites,
+        Oort,
+    )
+}
+#: Request parameters the policy service handles itself (they shape the site table, which
+#: every policy and shadow share); all other parameters belong to the chosen policy.
+SERVICE_PARAMS = ("use_measured",)
+#: Names that are another policy with different defaults; shadows skip them.
+ALIASES = frozenset({"centralized-25", "centralized-50"})
+
+
+def get_policy(name: str) -> Policy:
+    """A fresh policy by name; an unknown name is a PolicyError listing the valid ones."""
+    try:
+        return REGISTRY[name]()
+    except KeyError:
+        raise PolicyError(
+            f"unknown policy {name!r}; valid policies: {', '.join(REGISTRY)}"
+        ) from None
+
+
+def shadow_names(chosen: str) -> list[str]:
+    """Every registered policy except the chosen one and the aliases (same policy again)."""
+    return [n for n in REGISTRY if n != chosen and n not in ALIASES]
+
+
+__all__ = [
+    "ALIASES",
+    "CENTRALIZED",
+    "FEDERATED",
+    "REGISTRY",
+    "SERVICE_PARAMS",
+    "Context",
+    "Decision",
+    "Policy",
+    "PolicyError",
+    "PastRound",
+    "SiteTable",
+    "get_policy",
+    "shadow_names",
+]

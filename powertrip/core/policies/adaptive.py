@@ -1,0 +1,350 @@
+"""`adaptive`: k chosen online from the run's own history (beyond the paper; the paper's
+rule is `powertrip`).
+
+What it does. Sites are ranked by the paper's power-to-cost score (Eq. 8, `scoring.py`), as
+`powertrip` ranks them; only the number of sites k is chosen differently. Instead of a
+projected gain with constants to set (§3.3), how the per-round accuracy gain depends on k is
+LEARNED from the rounds this run has already trained, and k moves only where that evidence,
+beyond its own uncertainty, says a round buys more accuracy per second, or as one bounded
+probe that is checked after its round and undone if it misses.
+
+Why. The best static k depends on the workload, the sites and the update size; the paper
+finds it with an offline sweep ("static optimal"). This policy needs no sweep, and because it
+leaves a k only for one that is more efficient by evidence (or for a short probe whose time
+cost is bounded and which is undone after one round when it misses), it should not lose to
+the best static k by more than noise. Everything it knows is replayed from `ctx.history`, so it
+holds no state between calls.
+
+Each decision (rounds 1..R done, k_cur = k of round R); every choice below is OUR CHOICE
+unless it names the paper:
+
+1. Round time T(k), k = 1..N over the ranked list: the work model's prefix estimate
+   (`powertrip.core.timemodel.prefix_round_time_estimates` with `ctx.work_model`), with the
+   clock estimator max_{i<=k}(tau/p_i + T_comm,i) whatever the request's estimator. That is
+   what the simulated clock charges under local-steps, straggler included (the paper's
+   tau/mean(p) + max T_comm misses a slow site hidden among fast ones).
+2. Gain model: weighted least squares over the last `fit_rounds` per-round gains
+   dA_j = A_j - A_{j-1} (round 1 is left out: the accuracy before training is unknown):
+       dA_j = L + s ln(k_j / k_cur) + c (A_{j-1} - A_R),   weight 2^(-(R - j) / half_life).
+   Gains shrink as training goes on, so older rounds count less, and the state term c
+   takes the shrinking out of the slope: a round's gain depends on the accuracy it started
+   from, whatever k got it there (a time trend instead confounds k with progress: more
+   sites reach the plateau sooner, and their later rounds gain less). c is fitted only when
+   2+ residual degrees of freedom remain for it. The slope is then refitted as a share of
+   the gain, dA_j = (L + c y_j)(1 + r ln(k_j / k_cur)), y_j = A_{j-1} - A_R, by
+   Gauss-Newton from the linear fit, and s = L r: in gain units the slope shrinks with the
+   gains, so the window's average would overstate what more sites buy now (and k would
+   overshoot). se = L x the standard error of r, sigma = the residual sd of one round. The
+   slope is UNKNOWN while the window holds one k. The next round starts at A_R, so its
+   projected gain at k is G(k) = L + s' ln(k / k_cur), its efficiency E(k) = G(k) / T(k).
+3. Bounds: one decision moves k to at most max(ceil(probe_factor k_cur), k_cur + step) and
+   at least min(floor(k_cur / probe_factor), k_cur - step), step = max(1, probe_pct % of N).
+4. Known slope, conservative both ways: growth is valued with s' = s - se, shrinking with
+   s' = s + se; the best candidate is taken only if it beats E(k_cur) (ties keep k). Under
+   local-steps T(k) never falls with k, so growth needs s - se > 0.
+5. Unknown slope: s' = 0 for growth (no evidence more sites pay), no shrinking (no evidence
+   fewer sites cost nothing). If no growth pays at s' = 0, a probe: the largest k within the
+   bounds whose T(k) <= (1 + probe_cost) T(k_cur). Nothing moves before 3 gains are in the
+   window (round 4 decides round 5) or while L <= 0.
+6. Every growth a -> b is checked in the decision after its first round (the simulated
+   clock is deterministic, so one round tells): back to a when T_R / T_{R-1} >
+   (1 + probe_margin) T(b) / T(a), or dA_R < G_pred - probe_margin |G_pred| - sigma, G_pred
+   being the gain the fit before the growth projected at b (sigma, that fit's noise of one
+   round, so evaluation noise alone does not abandon it). A probe (a growth made with the
+   slope unknown) is then held for `probe_rounds` rounds in all, and stays only if the fit,
+   its rounds included, finds E(b) > E(a) at the fitted slope s; else back to a.
+7. When to stop probing: a growth undone within `probe_rounds` rounds (k went a -> b -> a)
+   is a failed trial at size b. The m-th failed trial of the run (m = 0, 1, ...) blocks
+   every growth to >= b for probe_backoff x 2^m rounds, counted from the round back at a;
+   and a probe needs an unknown slope, so after any change of k none comes until the
+   window holds one k again (`fit_rounds` rounds). Failed probes so grow further apart: a
+   gain flat in k costs O(log R) probe rounds in a run of R rounds.
+8. The first round takes the k0 best-scored sites; the policy says stop at the target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from powertrip.core.policies.base import (
+    Context,
+    Decision,
+    PastRound,
+    Policy,
+    explain_rows,
+    rounded,
+    small_k0,
+)
+from powertrip.core.policies.gainfit import (
+    MIN_FIT_POINTS,
+    REL_TOL,
+    GainFit,
+    failed_trials,
+    fit_gain,
+    growth_cap,
+    last_growth,
+    short,
+)
+from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
+from powertrip.core.timemodel import prefix_round_time_estimates
+
+#: at most this many failed trials (the latest) are listed in the explanation
+EXPLAIN_MAX_FAILED = 5
+
+
+def auto_k0(num_alive: int) -> int:
+    """A small k0: max(2, 5 % of the sites), never more than there are (OUR CHOICE)."""
+    return small_k0(num_alive, 0.05)
+
+
+class Adaptive(Policy):
+    name = "adaptive"
+    summary = (
+        "power-to-cost ranking, k learned online: fit the per-round gain against ln k on the "
+        "run's own history, move k only by evidence or a bounded, checked probe (beyond the "
+        "paper)"
+    )
+    details = (
+        "k: k0 = max(2, 5 % of sites) in round 1, then the best accuracy per second "
+        "G(k)/T(k) within x probe_factor or +probe_pct % of N per decision (OUR CHOICE). "
+        "T(k) = the work model's prefix estimate, max_i(tau/p_i + T_comm,i) under "
+        "local-steps (the clock's). G(k) from a weighted least-squares fit of dA_j on "
+        "ln k_j and the accuracy the round started from, over the last fit_rounds rounds "
+        "(weights halve every half_life rounds, OUR CHOICE); growth valued at slope - se, "
+        "shrinking at slope + se. One k in the window: slope unknown, no shrinking, and a "
+        "probe when T rises by <= probe_cost. Every growth is undone after its first round "
+        "when time or gain misses the prediction by > probe_margin; a probe is held "
+        "probe_rounds rounds and kept only if the fit then finds it more efficient. A "
+        "growth undone so is a failed trial at size b: the m-th blocks growth to >= b for "
+        "probe_backoff x 2^m rounds (OUR CHOICE)."
+    )
+    default_params = {
+        "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
+        "fit_rounds": 12.0,  # gains in the fit's window
+        "half_life": 6.0,  # rounds after which a gain counts half in the fit
+        "probe_factor": 1.25,  # one decision moves k by at most this factor ...
+        "probe_pct": 5.0,  # ... or this % of the alive sites (at least 1), the larger
+        "probe_cost": 0.1,  # a probe may lengthen the round by at most this share
+        "probe_rounds": 2.0,  # a probe is held this many rounds unless its first misses
+        "probe_margin": 0.25,  # a growth missing its time or gain by more is undone
+        "probe_backoff": 10.0,  # rounds a failed size is blocked (doubling per failure)
+        "m_ref_gb": 1.5,
+    }
+    ranking = "power-to-cost score (Eq. 8)"
+
+    def select(self, ctx: Context) -> Decision:
+        p = self.params(ctx)
+        table = ctx.table
+        _, ranked = power_cost_ranking(table, ctx.update_size_bytes, p["m_ref_gb"] * GB)
+        n = len(ranked)
+        # OUR CHOICE: the clock's estimator whatever the request's (step 1)
+        times = prefix_round_time_estimates(
+            ctx.tau_s, table.power[ranked], table.comm_s[ranked], "clock", ctx.work_model
+        )
+        k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
+        alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
+        accuracies = [h.accuracy for h in ctx.history]
+        stop = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
+        explanation: dict = {
+            "rule": "adaptive",
+            "ranking": self.ranking,
+            "alpha": round(alpha, 6),
+            "beta": round(beta, 6),
+            "alive": n,
+            "k0": k0,
+            "estimator": "clock",
+            "work_model": ctx.work_model,
+        }
+        if not ctx.history:
+            k = k0
+            explanation.update(
+                reason="first round: start with the k0 best-scored sites",
+                k_cur=0,
+                candidates=[k0],
+                times=rounded(times[[k0 - 1]]),
+            )
+        else:
+            k = self._decide(ctx, p, times, n, explanation)
+        if stop:
+            explanation["reason"] = (
+                f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
+            )
+        explanation["chosen"] = k
+        return Decision(
+            order=ranked[:k],
+            predicted_round_time_s=float(times[k - 1]),
+            explanation=explanation,
+            stop=stop,
+        )
+
+    def _decide(self, ctx: Context, p: dict, times: np.ndarray, n: int, out: dict) -> int:
+        history = ctx.history
+        fit_rounds, half_life = int(p["fit_rounds"]), p["half_life"]
+        ks = [int(h.k) for h in history]
+        k_cur = int(min(max(1, ks[-1]), n))
+        fit = fit_gain(history, k_cur, fit_rounds, half_life)
+        hold = int(p["probe_rounds"])
+        cap = growth_cap(ks, hold, p["probe_backoff"], n)
+        step = max(1, round(p["probe_pct"] / 100.0 * n))
+        factor = p["probe_factor"]
+        up = min(n, max(math.ceil(k_cur * factor - 1e-9), k_cur + step))
+        down = max(1, min(math.floor(k_cur / factor + 1e-9), k_cur - step))
+        failed = failed_trials(ks, hold)
+        out.update(
+            k_cur=k_cur,
+            fit=fit.explain(),
+            bounds=[down, up],
+            growth_cap=cap,
+            failed_trials=[list(f) for f in failed[-EXPLAIN_MAX_FAILED:]],
+        )
+        # step 6: the check of the latest growth, and a probe's hold
+        trial = last_growth(ks)
+        if trial is not None:
+            c, a, b = trial[0], min(trial[1], n), min(trial[2], n)
+            since = len(ks) - c
+            prior = fit_gain(history[:c], a, fit_rounds, half_life)
+            if a < b == k_cur and prior.enough:
+                probe = not prior.known
+                if since == 1:
+                    back = self._missed(history, prior, a, b, times, p, out)
+                    if back is not None:
+                        out["reason"] = back
+                        return a
+                if probe and since < hold:
+                    out["reason"] = f"probe {a} -> {b} held: {since}/{hold} round(s) measured"
+                    return b
+                if probe and since == hold:
+                    back = self._evidence(fit, a, b, times, out)
+                    if back is not None:
+                        out["reason"] = back
+                        return a
+        if not fit.enough:
+            out["reason"] = (
+                f"hold k: {fit.points} gain(s) in the window, the fit needs {MIN_FIT_POINTS}"
+            )
+            return k_cur
+        level = fit.level
+        if level <= 0:
+            out["reason"] = "hold k: no projected gain (fitted level <= 0)"
+            return k_cur
+        candidates = np.arange(down, up + 1)
+        cur = k_cur - down
+        log_ratio = np.log(candidates / k_cur)
+        if fit.known:
+            slope = np.where(candidates > k_cur, fit.slope - fit.slope_se, fit.slope + fit.slope_se)
+            allowed = candidates <= max(cap, k_cur)
+        else:
+            slope = np.zeros(len(candidates))
+            allowed = (candidates >= k_cur) & (candidates <= max(cap, k_cur))
+        gains = level + slope * log_ratio
+        cand_times = times[candidates - 1]
+        eff = np.where(allowed, gains / cand_times, -np.inf)
+        pick = int(np.argmax(eff))  # the smallest k among ties
+        if eff[pick] <= eff[cur] * (1 + REL_TOL):
+            pick = cur
+        k = int(candidates[pick])
+        if k > k_cur and fit.known:
+            reason = (
+                f"grow {k_cur} -> {k}: the best efficiency with the slope at its lower bound "
+                f"(s - se = {fit.slope - fit.slope_se:.3g})"
+            )
+        elif k > k_cur:
+            reason = (
+                f"probe {k_cur} -> {k}: slope unknown (one k in the window), and even with no "
+                "gain from more sites the round buys more accuracy per second"
+            )
+        elif k < k_cur:
+            reason = (
+                f"shrink {k_cur} -> {k}: fewer sites are more efficient even with the slope "
+                f"at its upper bound (s + se = {fit.slope + fit.slope_se:.3g})"
+            )
+        elif fit.known:
+            reason = "hold k: no candidate beats the current efficiency beyond the fit's error"
+        else:
+            k, reason = self._probe(k_cur, up, cap, times, p)
+            if k != k_cur:
+                pick = k - down
+        shown = np.where(np.isfinite(eff), eff, 0.0)  # strict JSON: no inf or NaN
+        out.update(reason=reason, **explain_rows(candidates, gains, cand_times, shown, pick))
+        return k
+
+    @staticmethod
+    def _probe(k_cur: int, up: int, cap: int, times: np.ndarray, p: dict) -> tuple[int, str]:
+        """Step 5's probe: the largest k in the bounds within the time budget, or hold."""
+        limit = min(up, cap)
+        if limit <= k_cur:
+            blocked = " (growth blocked by a failed trial)" if cap < up else ""
+            return k_cur, f"hold k: slope unknown and no room to probe{blocked}"
+        budget = times[k_cur - 1] * (1 + p["probe_cost"])
+        within = np.flatnonzero(times[k_cur:limit] <= budget * (1 + REL_TOL))
+        if len(within) == 0:
+            return k_cur, (
+                f"hold k: slope unknown and the next site alone lengthens the round by more "
+                f"than probe_cost = {p['probe_cost']:g}"
+            )
+        k = k_cur + 1 + int(within[-1])
+        return k, (
+            f"probe {k_cur} -> {k}: slope unknown (one k in the window); T rises by "
+            f"{times[k - 1] / times[k_cur - 1] - 1:.3g} <= probe_cost; checked after one round"
+        )
+
+    @staticmethod
+    def _missed(
+        history: Sequence[PastRound],
+        prior: GainFit,
+        a: int,
+        b: int,
+        times: np.ndarray,
+        p: dict,
+        out: dict,
+    ) -> str | None:
+        """Step 6: the reason to abandon a -> b after its first round, or None."""
+        margin = p["probe_margin"]
+        prior_slope = prior.slope - prior.slope_se if prior.known else 0.0
+        predicted_gain = prior.level + prior_slope * math.log(b / a)
+        measured_gain = history[-1].accuracy - history[-2].accuracy
+        predicted_ratio = float(times[b - 1] / times[a - 1])
+        before = history[-2].round_time_s
+        measured_ratio = history[-1].round_time_s / before if before > 0 else math.inf
+        tolerance = margin * abs(predicted_gain) + prior.sigma
+        out["check"] = {
+            "grown": [a, b],
+            "predicted_time_ratio": short(predicted_ratio),
+            "measured_time_ratio": short(measured_ratio),
+            "predicted_gain": short(predicted_gain),
+            "measured_gain": short(measured_gain),
+            "gain_tolerance": short(tolerance),
+        }
+        if measured_ratio > predicted_ratio * (1 + margin):
+            return (
+                f"abandon {a} -> {b} after one round: the round took x{measured_ratio:.3g} "
+                f"the one before, predicted x{predicted_ratio:.3g} (margin {margin:g})"
+            )
+        if measured_gain < predicted_gain - tolerance:
+            return (
+                f"abandon {a} -> {b} after one round: gained {measured_gain:.3g}, predicted "
+                f"{predicted_gain:.3g} (margin {margin:g} and one round's noise)"
+            )
+        return None
+
+    @staticmethod
+    def _evidence(fit: GainFit, a: int, b: int, times: np.ndarray, out: dict) -> str | None:
+        """Step 6: after its hold, a probe a -> b stays only if the fit, its rounds
+        included, finds b more efficient than a at the fitted slope (the point estimate:
+        its rounds are the evidence, se would ask more of them than a probe can give);
+        the reason to go back, or None."""
+        level = fit.level
+        if not fit.known or level <= 0:
+            return f"back {b} -> {a}: the fit gives no gain to keep {b} sites for"
+        stay = level / times[b - 1]
+        back = (level - fit.slope * math.log(b / a)) / times[a - 1]
+        out["evidence"] = {"efficiency_kept": short(stay), "efficiency_back": short(back)}
+        if stay <= back * (1 + REL_TOL):
+            return (
+                f"back {b} -> {a}: with the probe's rounds in the fit, {b} sites are not more "
+                f"efficient than {a} (fitted slope {fit.slope:.3g})"
+            )
+        return None

@@ -1,0 +1,346 @@
+"""The one small interface every site-selection policy implements.
+
+A policy sees a `Context` (the site table, the accuracy history, the emulated update size
+and the modelled local work) and returns a `Decision`: site indices in rank order, the
+predicted round time and a machine-readable explanation. Policies are pure: same context,
+same decision; randomness comes only from (seed, round). Like a Flower strategy, a policy
+holds no per-run state: everything it needs travels in the context, so one policy service
+can serve many runs at once and a restarted service decides exactly as before.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from powertrip.core.policyparams import CHOICES
+from powertrip.core.timemodel import prefix_round_time_estimates, site_comm_s
+
+FEDERATED = "federated"
+CENTRALIZED = "centralized"
+ESTIMATORS = ("paper", "clock")
+#: fraction of the alive sites that `k = 0` ("auto") means for the fixed-k baselines
+DEFAULT_K_FRACTION = 0.3
+
+
+class PolicyError(ValueError):
+    """A bad policy name or parameter; the message names it and what is allowed."""
+
+
+def _as_column(name: str, values: Sequence[float], n: int) -> np.ndarray:
+    column = np.asarray(values, dtype=np.float64)
+    if column.shape != (n,):
+        raise PolicyError(f"{name}: expected {n} values, got shape {column.shape}")
+    if not np.isfinite(column).all():
+        raise PolicyError(f"{name} must be finite for every site")
+    return column
+
+
+@dataclass(frozen=True)
+class SiteTable:
+    """Column view of the sites, so every score is one vectorised numpy expression.
+
+    `comm_s` (directions x (latency + M/B), paper Eq. 3) is computed once here because every
+    policy and every shadow needs it. `by_id` breaks ties by site id, independent of the
+    order the sites arrived in, so a decision does not depend on how the caller sorted them.
+    """
+
+    ids: np.ndarray  # str, as given
+    power: np.ndarray  # p_i(t) in [0, 1]
+    distance_miles: np.ndarray
+    latency_s: np.ndarray  # one-way propagation delay used (configured or measured)
+    bandwidth_bytes_per_s: np.ndarray  # used (configured or measured)
+    transfer_s: np.ndarray  # M / B, Eq. 3's transfer part (latency_s is its propagation part)
+    comm_s: np.ndarray  # directions * (latency + M / B)
+    alive: np.ndarray  # bool; dead or zero-power sites are never selected
+    by_id: np.ndarray  # site indices in id order: stable sorts of it tie-break by id
+    alive_by_id: np.ndarray  # the alive ones of by_id, still in id order
+    # rankings computed once per table (see `memo`); not part of the table's value
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_alive(self) -> int:
+        return int(np.count_nonzero(self.alive))
+
+    def memo(self, key: Hashable, compute: Callable[[], tuple[np.ndarray, ...]]):
+        """`compute()` once per table and key, its arrays made read-only.
+
+        The chosen policy and its shadows share one table, and most of them rank the sites
+        by the same scores: at 10,000 sites each ranking is a sort worth saving."""
+        if key not in self._memo:
+            arrays = compute()
+            for array in arrays:
+                array.flags.writeable = False
+            self._memo[key] = arrays
+        return self._memo[key]
+
+    def rows_of(self, site_ids: Sequence[str]) -> np.ndarray:
+        """The row of each of `site_ids`, -1 for an id not in the table: a binary search
+        over the ids in id order (a dict of every id cost 5 ms a call at 10,000 sites)."""
+        (in_order,) = self.memo("ids_in_order", lambda: (self.ids[self.by_id],))
+        wanted = np.asarray(site_ids, dtype=str)
+        if wanted.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(in_order, wanted), len(in_order) - 1)
+        return np.where(in_order[at] == wanted, self.by_id[at], -1).astype(np.int64)
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[str],
+        power: Sequence[float],
+        distance_miles: Sequence[float],
+        latency_s: Sequence[float],
+        bandwidth_bytes_per_s: Sequence[float],
+        update_size_bytes: float,
+        directions: int = 2,
+        alive: Sequence[bool] | None = None,
+    ) -> SiteTable:
+        n = len(ids)
+        if n == 0:
+            raise PolicyError("no sites to choose from")
+        id_arr = np.asarray(ids, dtype=str)
+        if (id_arr[1:] > id_arr[:-1]).all():
+            # already in strictly increasing id order (what the profiler sends): no sort,
+            # and no duplicates
+            sorted_idx = np.arange(n)
+        else:
+            sorted_idx = np.argsort(id_arr, kind="stable")
+            dup = id_arr[sorted_idx][1:] == id_arr[sorted_idx][:-1]
+            if dup.any():
+                raise PolicyError(f"duplicate site id {id_arr[sorted_idx][1:][dup][0]!r}")
+        power_arr = _as_column("power_fraction", power, n)
+        if ((power_arr < 0) | (power_arr > 1)).any():
+            bad = ids[int(np.argmax((power_arr < 0) | (power_arr > 1)))]
+            raise PolicyError(f"site {bad}: power_fraction must be in [0, 1]")
+        bandwidth = _as_column("bandwidth_bytes_per_s", bandwidth_bytes_per_s, n)
+        if (bandwidth <= 0).any():
+            bad = ids[int(np.argmax(bandwidth <= 0))]
+            raise PolicyError(f"site {bad}: bandwidth_bytes_per_s must be > 0")
+        latency = _as_column("latency_s", latency_s, n)
+        if (latency < 0).any():
+            raise PolicyError(f"site {ids[int(np.argmax(latency < 0))]}: latency_s must be >= 0")
+        distance = _as_column("distance_miles", distance_miles, n)
+        if update_size_bytes < 0 or not math.isfinite(update_size_bytes):
+            raise PolicyError(f"update_size_bytes must be finite and >= 0, got {update_size_bytes}")
+        alive_arr = np.ones(n, dtype=bool) if alive is None else np.asarray(alive, dtype=bool)
+        if alive_arr.shape != (n,):
+            raise PolicyError(f"alive: expected {n} values, got shape {alive_arr.shape}")
+        # a site at zero power would take forever (tau / 0): treat it as unavailable
+        alive_arr = alive_arr & (power_arr > 0)
+        transfer, comm = site_comm_s(latency, bandwidth, update_size_bytes, max(1, int(directions)))
+        return cls(
+            ids=id_arr,
+            power=power_arr,
+            distance_miles=distance,
+            latency_s=latency,
+            bandwidth_bytes_per_s=bandwidth,
+            transfer_s=transfer,
+            comm_s=comm,
+            alive=alive_arr,
+            by_id=sorted_idx,
+            alive_by_id=sorted_idx[alive_arr[sorted_idx]],
+        )
+
+
+@dataclass(frozen=True)
+class PastRound:
+    """One finished round as the policy sees it: its only feedback signal (paper Eq. 5)."""
+
+    round: int
+    k: int
+    accuracy: float
+    round_time_s: float
+    #: the sites that trained, in rank order (empty from callers that do not send them)
+    site_ids: tuple[str, ...] = ()
+    #: what each site that delivered reported (RoundRecord): parallel tuples, empty from
+    #: callers that do not send them; utility-based selection (oort) reads them
+    reported_site_ids: tuple[str, ...] = ()
+    site_train_loss: tuple[float, ...] = ()
+    site_num_samples: tuple[int, ...] = ()
+    site_duration_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything one decision may depend on; nothing else (no hidden state)."""
+
+    table: SiteTable
+    update_size_bytes: float
+    tau_s: float
+    history: tuple[PastRound, ...] = ()
+    #: stop once the last accuracy reaches this; inf = no target
+    target_accuracy: float = math.inf
+    seed: int = 0
+    round: int = 1
+    estimator: str = "paper"
+    params: Mapping[str, float] = field(default_factory=dict)
+    #: the clock's work model, so T-hat is in the clock's terms (powertrip.core.timemodel)
+    work_model: str = "local-steps"
+
+    def round_time_estimates(self, ranked: np.ndarray) -> np.ndarray:
+        """T-hat(k) for k = 1..len(ranked) over these sites in this order."""
+        t = self.table
+        return prefix_round_time_estimates(
+            self.tau_s, t.power[ranked], t.comm_s[ranked], self.estimator, self.work_model
+        )
+
+
+@dataclass
+class Decision:
+    order: np.ndarray  # indices into the table, rank order
+    predicted_round_time_s: float
+    explanation: dict
+    mode: str = FEDERATED
+    power_cap: float = 0.0
+    #: the policy judges the target reached: explanation only, the aggregator decides
+    stop: bool = False
+
+    @property
+    def k(self) -> int:
+        return int(len(self.order))
+
+
+def _whole(minimum: int) -> Callable[[float], bool]:
+    return lambda v: v >= minimum and float(v).is_integer()
+
+
+def _choice_rule(names: Sequence[str]) -> tuple[Callable[[float], bool], str]:
+    """The rule for a named-choice parameter: its wire number is an index into `names`."""
+    count = len(names)
+    return (
+        lambda v: v in range(count),
+        " or ".join(f"{choice} ({i})" for i, choice in enumerate(names)),
+    )
+
+
+#: Range rules for every parameter any policy takes, so the same name means the same thing
+#: everywhere and every error message says what is allowed.
+PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "k": (_whole(0), "a whole number >= 1 (0 = 30 % of the alive sites)"),
+    "k0": (_whole(0), "a whole number >= 1 (0 = the policy's small default)"),
+    "window": (_whole(0), "a whole number >= 1 (0 = max(1, 5 % of the alive sites))"),
+    "patience": (_whole(0), "a whole number >= 0"),
+    "trend_rounds": (_whole(1), "a whole number >= 1"),
+    "m_ref_gb": (lambda v: v > 0, "> 0"),
+    "radius_miles": (lambda v: v >= 0, ">= 0"),
+    "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "calibrate": (lambda v: v in (0, 1), "0 or 1"),
+    "below_share": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "penalty": (lambda v: v >= 0, ">= 0"),
+    "epsilon": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "epsilon_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "epsilon_min": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "pref_pct": (lambda v: 0 < v <= 100, "in (0, 100]"),
+    "pacer_step": (_whole(1), "a whole number >= 1"),
+    "pacer_delta": (lambda v: 0 <= v <= 100, "in [0, 100]"),
+    "cutoff": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "fit_rounds": (_whole(3), "a whole number >= 3"),
+    "half_life": (lambda v: v > 0, "> 0 (rounds)"),
+    "probe_factor": (lambda v: 1 <= v <= 4, "in [1, 4]"),
+    "probe_pct": (lambda v: 0 <= v <= 100, "in [0, 100]"),
+    "probe_cost": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "probe_margin": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "probe_rounds": (_whole(1), "a whole number >= 1"),
+    "probe_backoff": (_whole(0), "a whole number >= 0"),
+    # named choices (powertrip.core.policyparams): their index on the wire
+    **{name: _choice_rule(names) for name, names in CHOICES.items()},
+}
+
+
+class Policy(ABC):
+    """Subclasses set `name`, `summary`, `default_params` and implement `select`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    #: what `powertrip policies` prints under the summary: which k or site the policy uses,
+    #: and every choice the paper leaves open that the policy makes
+    details: ClassVar[str] = ""
+    default_params: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, overrides: Mapping[str, float] | None = None):
+        self.overrides = dict(overrides or {})
+
+    def params(self, ctx: Context) -> dict[str, float]:
+        """Defaults < constructor overrides < request params; unknown names are an error."""
+        merged = {**self.default_params, **self.overrides}
+        unknown = sorted(set(ctx.params) - set(self.default_params))
+        if unknown:
+            allowed = ", ".join(sorted(self.default_params)) or "none"
+            raise PolicyError(
+                f"policy {self.name!r}: unknown parameter(s) {', '.join(unknown)}; "
+                f"allowed: {allowed}"
+            )
+        merged.update(ctx.params)
+        for key, value in merged.items():
+            value = float(value)
+            check, allowed = PARAM_RULES.get(key, (lambda v: True, ""))
+            if not math.isfinite(value) or not check(value):
+                raise PolicyError(
+                    f"policy {self.name!r}: {key} must be {allowed or 'finite'}, got {value:g}"
+                )
+            merged[key] = value
+        if not ctx.table.alive.any():
+            raise PolicyError(
+                f"no alive site to select from ({len(ctx.table)} site(s), all dead or at "
+                "zero power)"
+            )
+        if ctx.estimator not in ESTIMATORS:
+            raise PolicyError(f"estimator {ctx.estimator!r} is not one of {', '.join(ESTIMATORS)}")
+        return merged
+
+    @abstractmethod
+    def select(self, ctx: Context) -> Decision: ...
+
+
+def predicted_time(ctx: Context, order: np.ndarray) -> float:
+    """T-hat at k = len(order), over the chosen sites in rank order (the request's estimator)."""
+    return float(ctx.round_time_estimates(order)[-1])
+
+
+def small_k0(num_alive: int, share: float) -> int:
+    """A 'small number' of starting sites: max(2, share of the alive sites), never more
+    than there are (each policy that starts small names its share)."""
+    return min(num_alive, max(2, round(share * num_alive)))
+
+
+def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:
+    """k = 0 means 'a fixed fraction of the alive sites' (at least 1); else clamp to 1..N."""
+    if value <= 0:
+        return max(1, min(num_alive, round(fraction * num_alive)))
+    return int(min(max(1, round(value)), num_alive))
+
+
+def rounded(values: np.ndarray, digits: int = 6) -> list[float]:
+    """Short JSON numbers for explanations (they are for people and logs, not for maths)."""
+    return [float(f"{float(x):.{digits}g}") for x in values]
+
+
+#: above this many candidates an explanation lists a sample around the pick, not all
+EXPLAIN_MAX_CANDIDATES = 41
+
+
+def explain_rows(
+    candidates: np.ndarray, gains: np.ndarray, times: np.ndarray, eff: np.ndarray, pick: int
+) -> dict:
+    """Candidate table for an explanation; a sample around the pick when it is long."""
+    rows = np.arange(len(candidates))
+    if len(rows) > EXPLAIN_MAX_CANDIDATES:
+        half = EXPLAIN_MAX_CANDIDATES // 4
+        keep = {0, len(rows) - 1, *range(max(0, pick - half), min(len(rows), pick + half + 1))}
+        rows = np.array(sorted(keep))
+    return {
+        "candidates": candidates[rows].tolist(),
+        "gains": rounded(gains[rows]),
+        "times": rounded(times[rows]),
+        "efficiencies": rounded(eff[rows]),
+        "candidates_range": [int(candidates[0]), int(candidates[-1])],
+    }

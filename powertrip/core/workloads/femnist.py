@@ -1,0 +1,88 @@
+"""FEMNIST (LEAF) with the LEAF CNN; real handwritten characters partitioned by writer."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from powertrip.core.workloads.base import DataError, Dataset, Split, Workload, WorkloadDefaults
+
+FILE_NAME = "femnist_leaf_subset.npz"
+REQUIRED_KEYS = ("images", "labels", "writer", "writers", "leaf_split")
+NUM_CLASSES = 62
+
+
+class FemnistWorkload(Workload):
+    name = "femnist"
+    summary = "LEAF FEMNIST, 62 classes, CNN (lr 0.1, batch 20), partitioned by writer"
+    data_subdir = "femnist_leaf_subset"
+    # The paper's lr is 0.01 and its EMNIST target 45 % (Fig. 8). On this 6.7 % subset lr 0.01
+    # leaves every policy short of even 45 % within `compare`'s 3 h budget, so the default is
+    # the calibrated set-up of configs/reproduce.yaml: lr 0.1, target 45 % (--lr 0.01 for the
+    # paper's). Comparable runs need a target every policy can reach in its budget (issue #15).
+    defaults = WorkloadDefaults(
+        lr=0.1,
+        batch_size=20,
+        local_steps=10,
+        target_accuracy=0.45,
+        update_size_bytes=1.5e9,
+        tau_s=60.0,  # OUR CHOICE: the paper gives no T (why: WorkloadDefaults.tau_s)
+        eval_samples=2000,
+    )
+
+    def load(self, data_dir: str | Path | None = None, seed: int = 0) -> Dataset:
+        path = self.data_dir(data_dir) / FILE_NAME
+        if not path.is_file():
+            raise DataError(
+                f"FEMNIST data not found: looked for {path}. It ships with the repository in "
+                f"data/{self.data_subdir}/ (see its README.md); pass --data-dir or set "
+                "POWERTRIP_DATA_DIR if you keep it elsewhere."
+            )
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                missing = [k for k in REQUIRED_KEYS if k not in npz.files]
+                if missing:
+                    raise DataError(f"{path} lacks arrays {missing}; expected {REQUIRED_KEYS}")
+                images = npz["images"]
+                labels = npz["labels"].astype(np.int64)
+                writer = npz["writer"].astype(np.int64)
+                writers = [str(w) for w in npz["writers"]]
+                split = npz["leaf_split"]
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            raise DataError(f"{path} is unreadable or truncated: {exc}") from exc
+        n = len(labels)
+        if images.shape != (n, 28, 28) or len(writer) != n or len(split) != n:
+            raise DataError(
+                f"{path}: inconsistent array shapes (images {images.shape}, {n} labels)"
+            )
+        if labels.min() < 0 or labels.max() >= NUM_CLASSES:
+            raise DataError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
+        # LEAF stores white background (255) with dark ink; the CNN wants ink = 1.0.
+        x = ((255 - images.astype(np.float32)) / 255.0)[:, None, :, :]
+        train, test = split == 0, split == 1
+        return Dataset(
+            train=Split(x[train], labels[train], writer[train]),
+            test=Split(x[test], labels[test], writer[test]),
+            user_names=writers,
+            num_classes=NUM_CLASSES,
+            source=str(path),
+        )
+
+    def build_model(self):
+        from torch import nn
+
+        # LEAF's FEMNIST CNN (Caldas et al. 2018): two 5x5 conv + pool, FC 2048, FC 62.
+        return nn.Sequential(
+            nn.Conv2d(1, 32, kernel_size=5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, kernel_size=5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(7 * 7 * 64, 2048),
+            nn.ReLU(),
+            nn.Linear(2048, NUM_CLASSES),
+        )
