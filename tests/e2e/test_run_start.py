@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from powertrip.app.experiments import runner
-from powertrip.app.experiments.launcher import Deployment, free_port
+from powertrip.app.experiments.launcher import Deployment
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 
@@ -45,8 +45,3 @@ def test_a_taken_port_falls_back_to_port_zero_and_the_run_is_the_same(tmp_path, 
     assert again.summary["rounds"] == plain.summary["rounds"] == 2
     assert (again_dir / runfiles.ROUNDS).read_text() == (plain_dir / runfiles.ROUNDS).read_text()
 
-
-def test_free_port_can_be_bound_again():
-    port = free_port()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))

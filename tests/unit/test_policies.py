@@ -161,12 +161,6 @@ def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_pat
     assert "shrinking allowed" in shrunk.explanation["reason"]
 
 
-def test_powertrip_stops_at_target():
-    t = _uniform_sites()
-    d = get_policy("powertrip").select(ctx(t, [PastRound(1, 2, 0.81, 10.0)], target_accuracy=0.8))
-    assert d.stop
-
-
 def test_trend_helpers():
     assert rounds_without_gain([0.1, 0.2, 0.15, 0.18]) == 2
     assert rounds_without_gain([0.1, 0.2, 0.3]) == 0

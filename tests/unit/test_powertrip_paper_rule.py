@@ -129,9 +129,12 @@ def test_patience_counts_only_rounds_at_the_current_k():
     assert d.explanation["rounds_below"] == 2 and not d.explanation["may_shrink"]
 
 
-def test_target_reached_says_stop():
+def test_target_reached_is_explained():
+    """The aggregator decides to stop; the policy's explanation says the target was met."""
     d = decide(table(), [2, 2], [0.3, 0.46], [100.0] * 2, target=0.45)
-    assert d.stop and d.explanation["reason"].startswith("target accuracy 0.45 reached")
+    assert d.explanation["reason"].startswith("target accuracy 0.45 reached")
+    d = decide(table(), [2, 2], [0.3, 0.44], [100.0] * 2, target=0.45)
+    assert not d.explanation["reason"].startswith("target accuracy")
 
 
 def test_the_rule_is_named_and_the_previous_one_stays_selectable():

@@ -59,7 +59,8 @@ unless it names the paper:
    and a probe needs an unknown slope, so after any change of k none comes until the
    window holds one k again (`fit_rounds` rounds). Failed probes so grow further apart: a
    gain flat in k costs O(log R) probe rounds in a run of R rounds.
-8. The first round takes the k0 best-scored sites; the policy says stop at the target.
+8. The first round takes the k0 best-scored sites; the explanation says when the target is
+   met (the aggregator stops the run).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class Adaptive(Policy):
         k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
         alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
         accuracies = [h.accuracy for h in ctx.history]
-        stop = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
+        target_met = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
         explanation: dict = {
             "rule": "adaptive",
             "ranking": self.ranking,
@@ -168,7 +169,7 @@ class Adaptive(Policy):
             )
         else:
             k = self._decide(ctx, p, times, n, explanation)
-        if stop:
+        if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
             )
@@ -177,7 +178,6 @@ class Adaptive(Policy):
             order=ranked[:k],
             predicted_round_time_s=float(times[k - 1]),
             explanation=explanation,
-            stop=stop,
         )
 
     def _decide(self, ctx: Context, p: dict, times: np.ndarray, n: int, out: dict) -> int:

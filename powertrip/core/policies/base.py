@@ -177,7 +177,7 @@ class Context:
     update_size_bytes: float
     tau_s: float
     history: tuple[PastRound, ...] = ()
-    #: stop once the last accuracy reaches this; inf = no target
+    #: the run's target (inf = none); the aggregator stops, a policy only says it was met
     target_accuracy: float = math.inf
     seed: int = 0
     round: int = 1
@@ -201,8 +201,6 @@ class Decision:
     explanation: dict
     mode: str = FEDERATED
     power_cap: float = 0.0
-    #: the policy judges the target reached: explanation only, the aggregator decides
-    stop: bool = False
 
     @property
     def k(self) -> int:

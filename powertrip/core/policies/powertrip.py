@@ -30,8 +30,9 @@ open, the plainest reading is taken, labelled READING, and made a parameter.
    READING: count the latest rounds at the current k whose realised efficiency dA_j / T_j is
    below (`below_share` x) the measured efficiency of the `trend_rounds` rounds before each;
    after `patience` of them the window opens downwards and the scan starts at k_cur - window.
-8. Stop. "until the system reaches the target accuracy" (§3.3): `stop` once the last
-   accuracy reaches the target.
+8. Stop. "until the system reaches the target accuracy" (§3.3): the aggregator stops the
+   run (services/aggregator/stopping.py); the explanation says when the last accuracy
+   reached the target.
 
 With no recent gain (g <= 0) nothing can be projected to pay: k stays at the window's bottom.
 Ties do not add a site (the comparison is strict).
@@ -128,7 +129,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         times = ctx.round_time_estimates(ranked)
         alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
         accuracies = [h.accuracy for h in ctx.history]
-        stop = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
+        target_met = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
         explanation: dict = {
             "rule": gain_rule,
             "ranking": self.ranking,
@@ -155,7 +156,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             k = self._feedback(ctx, p, accuracies, times, window, n, explanation)
         else:
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
-        if stop:
+        if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
             )
@@ -165,7 +166,6 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             order=chosen,
             predicted_round_time_s=float(times[k - 1]),
             explanation=explanation,
-            stop=stop,
         )
 
     # ---- rule=paper (default) ----------------------------------------------------------
