@@ -175,6 +175,30 @@ def test_every_arm_of_a_group_is_measured_against_powertrip(tmp_path):
     assert R.group_reference(tmp_path, "uniform", 0) == 3000.0  # PowerTrip's, even if slower
 
 
+def test_the_reference_arm_is_never_cut_off():
+    """A group without PowerTrip yet measures against its best baseline; PowerTrip itself
+    runs to its target, and a PowerTrip run a budget stopped is made again uncapped."""
+    from powertrip.app.experiments.plan import arm_cap_h
+
+    assert arm_cap_h("static-k3", 3600.0, 1.5) == pytest.approx(1.5)
+    assert arm_cap_h("powertrip", 3600.0, 1.5) is None
+    assert arm_cap_h("static-k3", None, 1.5) is None
+    assert arm_cap_h("static-k3", 3600.0, 0) is None
+
+
+def test_a_reference_run_stopped_by_a_budget_is_not_done(tmp_path):
+    config = BASE
+    for arm, reason in (("powertrip", "time_budget"), ("static-k3", "time_budget"),
+                        ("powertrip", "target_reached")):
+        run_dir = tmp_path / reason / arm
+        _finished(run_dir, config)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        (run_dir / "summary.json").write_text(json.dumps({**summary, "stopped_reason": reason}))
+    assert not R.is_done(tmp_path / "time_budget" / "powertrip", config)
+    assert R.is_done(tmp_path / "time_budget" / "static-k3", config)  # a baseline's cut-off
+    assert R.is_done(tmp_path / "target_reached" / "powertrip", config)
+
+
 # ---- refinement ------------------------------------------------------------------------
 def test_refine_ks_takes_the_midpoints_beside_the_best_grid_k():
     grid = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.grouplock import GroupLock
-from powertrip.app.experiments.plan import arm_config, group_reference, is_done, variant_config
+from powertrip.app.experiments.plan import (
+    arm_cap_h,
+    arm_config,
+    group_reference,
+    is_done,
+    variant_config,
+)
 from powertrip.app.experiments.suite import RunSpec, Variant
 from powertrip.app.paper import VARIANTS
 from powertrip.core.config import RunConfig
@@ -138,8 +144,8 @@ def _run_group(
         for spec in missing:
             run_config = arm_config(config, spec.arm, variant)
             reference = group_reference(out, variant_name, seed)
-            if variant.budget and budget_factor and reference is not None:
-                cap_h = budget_factor * reference / 3600
+            cap_h = arm_cap_h(spec.arm.name, reference, budget_factor if variant.budget else 0)
+            if cap_h is not None:
                 if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
                     run_config.max_sim_hours = cap_h
             run_dir = spec.path(out)

@@ -180,8 +180,22 @@ def check_variants(
 # ---- resumability ----------------------------------------------------------------------
 
 
+#: the arm every other arm of a group is measured (and cut off) against; never cut itself
+REFERENCE_ARM = "powertrip"
+
+
+def arm_cap_h(arm: str, reference_s: float | None, budget_factor: float) -> float | None:
+    """The simulated-time cap of an arm: budget_factor x the group's reference time, except
+    for the reference arm, which must run to its own target (a cap from the best baseline
+    would turn PowerTrip's time into a lower bound, and every claim against it with it)."""
+    if arm == REFERENCE_ARM or not budget_factor or reference_s is None:
+        return None
+    return budget_factor * reference_s / 3600
+
+
 def is_done(run_dir: Path, config: RunConfig) -> bool:
-    """True when run_dir holds a finished run ('done' summary) with the same settings."""
+    """True when run_dir holds a finished run ('done' summary) with the same settings. A
+    reference run that a time budget stopped is not done when none applies to it now."""
     summary_file = run_dir / runfiles.SUMMARY
     config_file = run_dir / runfiles.REQUESTED_CONFIG
     if not summary_file.is_file() or not config_file.is_file():
@@ -192,6 +206,12 @@ def is_done(run_dir: Path, config: RunConfig) -> bool:
     except (OSError, ValueError, yaml.YAMLError):
         return False
     if summary.get("status") != "done":
+        return False
+    if (
+        run_dir.name == REFERENCE_ARM
+        and summary.get("stopped_reason") == "time_budget"
+        and not config.max_sim_hours
+    ):
         return False
     wanted = config.to_dict()
     # max_sim_hours: a finished run stays valid under a longer cap (it stopped on its own)
