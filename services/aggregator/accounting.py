@@ -25,9 +25,9 @@ from powertrip.core.footprint import (
     round_footprint,
     spec_of,
 )
-from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.clock import ModelRound
-from services.aggregator.state import RoundInProgress
+from services.aggregator.domain import Selection, SiteProfile
+from services.aggregator.round import RoundInProgress
 
 
 class Accounting:
@@ -37,7 +37,7 @@ class Accounting:
         self.run = run
         self.spec: FootprintSpec = spec_of(run)
 
-    def _max_gpus(self, profile: common_pb2.SiteProfile | None) -> int:
+    def _max_gpus(self, profile: SiteProfile | None) -> int:
         """N_max, the GPUs a power fraction is a fraction of. A profile's gpus_available is
         N_avail: N_max unless the run draws fewer (gpus_available_min/max_fraction below 1),
         and then N_max is the run's gpus_per_site."""
@@ -48,11 +48,9 @@ class Accounting:
             return int(profile.gpus_available)
         return self.run.gpus_per_site
 
-    def _gpus(
-        self, selection: policy_pb2.Selection, profile: common_pb2.SiteProfile | None
-    ) -> float:
+    def _gpus(self, selection: Selection, profile: SiteProfile | None) -> float:
         """Effective GPUs p x N_max of a selected site; a centralized round runs at the cap."""
-        if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+        if selection.centralized:
             power = selection.power_cap
         else:
             power = profile.power_fraction if profile is not None else 0.0
@@ -60,13 +58,13 @@ class Accounting:
 
     def simulated_uses(
         self,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         planned: ModelRound,
-        profiles_by_id: Mapping[str, common_pb2.SiteProfile],
+        profiles_by_id: Mapping[str, SiteProfile],
     ) -> list[SiteUse]:
         """What the time model says each selected site used."""
         held = planned.timing.round_time_s - planned.timing.aggregation_s
-        if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+        if selection.centralized:
             site = selection.site_ids[0]
             gpus = self._gpus(selection, profiles_by_id.get(site))
             return [SiteUse(site, gpus, planned.times[0].compute_s, held, 0.0)]
@@ -84,16 +82,16 @@ class Accounting:
 
     def measured_uses(
         self,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         progress: RoundInProgress,
-        profiles_by_id: Mapping[str, common_pb2.SiteProfile],
+        profiles_by_id: Mapping[str, SiteProfile],
         model_bytes: int,
     ) -> list[SiteUse]:
         """What the wall clock measured of each site that delivered."""
         if not progress.finished_at:
             return []
         held = max(progress.finished_at.values()) - progress.started_at
-        centralized = selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED
+        centralized = selection.centralized
         uses = []
         for site in selection.site_ids:
             if site not in progress.finished_at:
@@ -113,9 +111,9 @@ class Accounting:
 
     def round(
         self,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         planned: ModelRound,
-        profiles_by_id: Mapping[str, common_pb2.SiteProfile],
+        profiles_by_id: Mapping[str, SiteProfile],
         progress: RoundInProgress,
         model_bytes: int,
         start_s: float,

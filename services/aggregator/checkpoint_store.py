@@ -15,7 +15,7 @@ import base64
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,6 @@ import numpy as np
 
 from powertrip.core import runfiles
 from powertrip.core.config import EXECUTION_SETTINGS, RUN_LIMITS, RunConfig, experiment_differences
-from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
-from services.aggregator.control_client import columns_of
 from services.aggregator.records import round_sites
 from services.aggregator.run_result import LoopResult
 
@@ -128,8 +126,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _encode(message: Any) -> str:
-    return base64.b64encode(message.SerializeToString(deterministic=True)).decode()
+def _encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 @dataclass
@@ -141,8 +139,12 @@ class Resumed:
     weights: dict[str, np.ndarray]
     result: LoopResult
     dead_sites: list[str]
-    last_selection: policy_pb2.Selection | None
-    last_profiles: common_pb2.SiteColumns | None
+    #: the control client's last good replies, as the bytes of their messages
+    #: (ControlClient.checkpoint_replies and .restore): a Selection, a SiteColumns, and in
+    #: checkpoints written before the profiles' file the profiler's GetProfilesResponse
+    last_selection: bytes | None
+    last_profiles: bytes | None
+    last_profiles_reply: bytes | None = None
 
 
 class CheckpointStore:
@@ -151,10 +153,10 @@ class CheckpointStore:
     def __init__(self, out_dir: Path, run: RunConfig):
         self.out_dir = Path(out_dir)
         self.run = run
-        #: the profiles last saved and their file (name, bytes, SHA-256): the control client
-        #: hands over the same object while the profiler's reply is unchanged, and never
-        #: changes one, so the same object needs no serialising or hashing again
-        self._saved_profiles: tuple[common_pb2.SiteColumns, str, bytes, str] | None = None
+        #: the profiles last saved and their file (bytes, name, SHA-256): the control client
+        #: hands over the same bytes object while its profiles are unchanged, so the same
+        #: object needs no hashing again
+        self._saved_profiles: tuple[bytes, str, str] | None = None
 
     def save(
         self,
@@ -163,9 +165,12 @@ class CheckpointStore:
         model_version: int,
         result: LoopResult,
         dead_sites: set[str],
-        last_selection: policy_pb2.Selection | None,
-        last_profiles: common_pb2.SiteColumns | None,
+        last_selection: bytes | None,
+        last_profiles: bytes | None,
     ) -> None:
+        """`last_selection` and `last_profiles` are the control client's last good replies
+        as it keeps them (ControlClient.checkpoint_replies: a Selection without its shadow
+        decisions, and a SiteColumns, serialized)."""
         state: dict[str, Any] = {
             "round": round_no,
             "model_version": model_version,
@@ -176,19 +181,15 @@ class CheckpointStore:
         }
         if last_selection is not None:
             # what a fallback reuses: the sites, k and mode, never the shadow decisions
-            kept = policy_pb2.Selection()
-            kept.CopyFrom(last_selection)
-            kept.ClearField("shadows")
-            state["last_selection"] = _encode(kept)
+            state["last_selection"] = _encode(last_selection)
         files = {}
         if last_profiles is not None:
             saved = self._saved_profiles
             if saved is None or saved[0] is not last_profiles:
-                data = last_profiles.SerializeToString(deterministic=True)
-                digest = hashlib.sha256(data).hexdigest()
-                saved = (last_profiles, PROFILES_FILE.format(digest[:16]), data, digest)
+                digest = hashlib.sha256(last_profiles).hexdigest()
+                saved = (last_profiles, PROFILES_FILE.format(digest[:16]), digest)
                 self._saved_profiles = saved
-            _, name, data, digest = saved
+            data, name, digest = saved
             state["last_profiles_file"], state["last_profiles_sha256"] = name, digest
             files[name] = data
         write_checkpoint(self.out_dir, weights, state, files)
@@ -201,19 +202,13 @@ class CheckpointStore:
             return None
         weights, saved = found
         self._check(initial, weights, saved)
-        last_selection = last_profiles = None
+        last_selection = last_profiles = last_reply = None
         if saved.get("last_selection"):
-            last_selection = policy_pb2.Selection.FromString(
-                base64.b64decode(saved["last_selection"])
-            )
+            last_selection = base64.b64decode(saved["last_selection"])
         if saved.get("last_profiles_file"):
             last_profiles = self._profiles_file(saved)
         elif saved.get("last_profiles"):  # inline, as checkpoints written before the file
-            last_profiles = columns_of(
-                profiler_pb2.GetProfilesResponse.FromString(
-                    base64.b64decode(saved["last_profiles"])
-                )
-            )
+            last_reply = base64.b64decode(saved["last_profiles"])
         return Resumed(
             round=int(saved["round"]),
             model_version=int(saved["model_version"]),
@@ -222,10 +217,12 @@ class CheckpointStore:
             dead_sites=list(saved.get("dead_sites", [])),
             last_selection=last_selection,
             last_profiles=last_profiles,
+            last_profiles_reply=last_reply,
         )
 
-    def _profiles_file(self, saved: dict) -> common_pb2.SiteColumns:
-        """The last profiles from the side file state.json names, checked by its hash."""
+    def _profiles_file(self, saved: dict) -> bytes:
+        """The last profiles' bytes from the side file state.json names, checked by its
+        hash."""
         path = self.out_dir / CHECKPOINT_DIR / str(saved["last_profiles_file"])
         try:
             data = path.read_bytes()
@@ -233,8 +230,7 @@ class CheckpointStore:
             raise CheckpointError(f"{path}: unreadable checkpoint profiles: {exc}") from None
         if hashlib.sha256(data).hexdigest() != saved.get("last_profiles_sha256"):
             raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
-        columns = common_pb2.SiteColumns.FromString(data)
-        return columns_of(profiler_pb2.GetProfilesResponse(columns=columns))
+        return data
 
     def _check(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
         where = self.out_dir / CHECKPOINT_DIR / "state.json"
@@ -257,9 +253,10 @@ def restore_site_ids(result: LoopResult, out_dir: Path) -> None:
     """Checkpoints written before RoundRecord.site_ids existed have history without it
     (a policy such as static-k reads round 1's set from it): take each round's sites
     from rounds.csv, already trimmed to the checkpoint's round."""
-    missing = [h for h in result.history if not h.site_ids]
-    if not missing:
+    if all(h.site_ids for h in result.history):
         return
     sites = round_sites(out_dir)
-    for record in missing:
-        record.site_ids.extend(sites.get(record.round, []))
+    result.history[:] = [
+        h if h.site_ids else replace(h, site_ids=tuple(sites.get(h.round, [])))
+        for h in result.history
+    ]

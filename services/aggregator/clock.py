@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from powertrip.core.config import RunConfig
 from powertrip.core.timemodel import RoundTime, SiteTime, round_time, site_comm_s
-from powertrip.v1 import common_pb2, policy_pb2
-from services.aggregator.state import RoundInProgress
+from services.aggregator.domain import Selection, SiteProfile
+from services.aggregator.round import RoundInProgress
 from services.aggregator.workmodel import measured_breakdown, split_work
 
 
@@ -32,11 +32,11 @@ class ModelRound(NamedTuple):
 
 def simulated_time(
     run: RunConfig,
-    selection: policy_pb2.Selection,
-    profiles_by_id: Mapping[str, common_pb2.SiteProfile],
+    selection: Selection,
+    profiles_by_id: Mapping[str, SiteProfile],
 ) -> ModelRound:
     """The time model's round for `selection`, from the selected sites' profiles."""
-    if selection.mode == policy_pb2.SELECTION_MODE_CENTRALIZED:
+    if selection.centralized:
         # one site, power-capped, training on the pooled data; no link to cross
         site = selection.site_ids[0]
         work = split_work(

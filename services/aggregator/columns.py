@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from powertrip.core.profiles import site_index
-from powertrip.v1 import common_pb2
+from services.aggregator.domain import Profiles
 
 
-def site_rows(columns: common_pb2.SiteColumns, sites: Iterable[str]) -> dict[str, int]:
+def site_rows(columns: Profiles, sites: Iterable[str]) -> dict[str, int]:
     """site id -> row in `columns` for each of `sites` found there, without a map of every
     row: a site id `site-N` is looked for at row N first (the profiler lists sites in index
     order); only when that fails are all rows searched, once."""

@@ -1,5 +1,10 @@
 """The round loop's client for the profiler and the policy.
 
+The protobuf edge of the round loop: the profiler's profiles and the policy's selection are
+handed on as the plain values of domain.py, and the run's history goes out as messages, all
+converted here. The last good replies are kept as the messages they came as (a checkpoint
+holds their bytes, checkpoint_replies/restore).
+
 Every call is retried with backoff; a dependency that stays down is answered with its
 last good reply (profiles, or the last selection minus sites now dead), so one outage
 does not end a run. The last good replies are checkpointed with the run.
@@ -15,14 +20,17 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import grpc
+import numpy as np
 
 from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
 from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc, profiler_pb2, profiler_pb2_grpc
 from services.aggregator.columns import embedded_field, with_embedded
+from services.aggregator.domain import NUMBER_COLUMNS, Profiles, Selection, Shadow
 from services.aggregator.errors import DependencyDown, RunFailed
 from services.aggregator.metrics import AggregatorMetrics
+from services.aggregator.run_result import RoundRecord
 
 log = logging.getLogger("aggregator")
 RPC_RETRIES = 5
@@ -94,6 +102,67 @@ def columns_of(reply: profiler_pb2.GetProfilesResponse) -> common_pb2.SiteColumn
     return columns_from_profiles(reply.sites)
 
 
+# ---- messages <-> the loop's values ----------------------------------------------------------
+_DTYPES = dict.fromkeys(NUMBER_COLUMNS, np.float64) | {
+    "gpus_available": np.int64,
+    "gpus_effective": np.int64,
+    "alive": np.bool_,
+}
+
+
+def profiles_of(columns: common_pb2.SiteColumns) -> Profiles:
+    """The profiles of a SiteColumns message, with the same values."""
+    arrays = {
+        name: np.fromiter(
+            getattr(columns, name), dtype=_DTYPES[name], count=len(getattr(columns, name))
+        )
+        for name in NUMBER_COLUMNS
+    }
+    return Profiles(site_id=tuple(columns.site_id), power_source=columns.power_source, **arrays)
+
+
+def columns_message(profiles: Profiles) -> common_pb2.SiteColumns:
+    """The SiteColumns message of `profiles` (an empty column stays empty)."""
+    columns = common_pb2.SiteColumns(site_id=profiles.site_id, power_source=profiles.power_source)
+    for name, values in profiles.columns().items():
+        getattr(columns, name).extend(values)
+    return columns
+
+
+def selection_of(message: policy_pb2.Selection) -> Selection:
+    """The policy's Selection message as the loop reads it."""
+    return Selection(
+        policy=message.policy,
+        site_ids=tuple(message.site_ids),
+        k=message.k,
+        predicted_round_time_s=message.predicted_round_time_s,
+        explanation=message.explanation,
+        mode=policy_pb2.SelectionMode.Name(message.mode).split("_")[-1].lower(),
+        power_cap=message.power_cap,
+        shadows=tuple(
+            Shadow(s.policy, s.k, s.predicted_round_time_s, tuple(s.site_ids))
+            for s in message.shadows
+        ),
+    )
+
+
+def round_record_message(record: RoundRecord) -> common_pb2.RoundRecord:
+    """A history record as the policy (and GetStatus) gets it."""
+    return common_pb2.RoundRecord(
+        round=record.round,
+        k=record.k,
+        accuracy=record.accuracy,
+        round_time_s=record.round_time_s,
+        predicted_round_time_s=record.predicted_round_time_s,
+        sim_time_s=record.sim_time_s,
+        site_ids=record.site_ids,
+        reported_site_ids=record.reported_site_ids,
+        site_train_loss=record.site_train_loss,
+        site_num_samples=record.site_num_samples,
+        site_duration_s=record.site_duration_s,
+    )
+
+
 class ControlClient:
     """Profiles and selections for the round loop, with retries and last-good fallbacks."""
 
@@ -102,9 +171,15 @@ class ControlClient:
         self.metrics = metrics
         self.profiler: profiler_pb2_grpc.ProfilerStub | None = None
         self.policy: policy_pb2_grpc.PolicyStub | None = None
-        # last good answers of the dependencies, reused while they are down
-        self.last_profiles: common_pb2.SiteColumns | None = None
-        self.last_selection: policy_pb2.Selection | None = None
+        # last good answers of the dependencies, reused while they are down: the profiles
+        # as handed to the loop and the message they came from, the policy's selection
+        self.last_profiles: Profiles | None = None
+        self._last_columns: common_pb2.SiteColumns | None = None
+        self._last_selection: policy_pb2.Selection | None = None
+        #: the profiles last serialized for a checkpoint, and their bytes
+        self._saved_profiles: tuple[Profiles, bytes] | None = None
+        #: the history records last sent, and their messages (the history only grows)
+        self._history: list[tuple[RoundRecord, common_pb2.RoundRecord]] = []
         # the profiler's reply that last_profiles was parsed from, and its table's bytes
         # (None where last_profiles came from elsewhere: a checkpoint, an older profiler)
         self._last_reply: bytes | None = None
@@ -112,15 +187,53 @@ class ControlClient:
         self._get_profiles: Callable | None = None
         self._select_sites: Callable | None = None
 
+    @property
+    def last_selection(self) -> Selection | None:
+        """The policy's last good selection."""
+        return None if self._last_selection is None else selection_of(self._last_selection)
+
     def restore(
         self,
-        last_selection: policy_pb2.Selection | None,
-        last_profiles: common_pb2.SiteColumns | None,
+        last_selection: bytes | None,
+        last_profiles: bytes | None,
+        last_profiles_reply: bytes | None = None,
     ) -> None:
-        """Resume with the last good answers a checkpoint carried."""
-        self.last_selection = last_selection
-        self.last_profiles = last_profiles
+        """Resume with the last good answers a checkpoint carried, as their messages'
+        bytes: a Selection, and a SiteColumns (or, in checkpoints written before the
+        profiles had a file of their own, the profiler's whole GetProfilesResponse)."""
+        self._last_selection = (
+            None if last_selection is None else policy_pb2.Selection.FromString(last_selection)
+        )
+        columns = None
+        if last_profiles is not None:
+            reply = profiler_pb2.GetProfilesResponse(
+                columns=common_pb2.SiteColumns.FromString(last_profiles)
+            )
+            columns = columns_of(reply)
+        elif last_profiles_reply is not None:
+            columns = columns_of(profiler_pb2.GetProfilesResponse.FromString(last_profiles_reply))
+        self._last_columns = columns
+        self.last_profiles = None if columns is None else profiles_of(columns)
         self._last_reply = self._last_table = None
+
+    def checkpoint_replies(self) -> tuple[bytes | None, bytes | None]:
+        """The last good selection (without its shadow decisions, which nothing reads back)
+        and profiles as a checkpoint keeps them: their messages' deterministic bytes. The
+        same profiles give the same bytes object (they are serialized once)."""
+        selection = None
+        if self._last_selection is not None:
+            kept = policy_pb2.Selection()
+            kept.CopyFrom(self._last_selection)
+            kept.ClearField("shadows")
+            selection = kept.SerializeToString(deterministic=True)
+        profiles = None
+        if self.last_profiles is not None:
+            saved = self._saved_profiles
+            if saved is None or saved[0] is not self.last_profiles:
+                data = self._last_columns.SerializeToString(deterministic=True)
+                saved = self._saved_profiles = (self.last_profiles, data)
+            profiles = saved[1]
+        return selection, profiles
 
     @contextmanager
     def connected(self, profiler: str, policy: str, credentials: object) -> Iterator[None]:
@@ -144,7 +257,7 @@ class ControlClient:
             )
             yield
 
-    def profiles(self, at_s: float) -> common_pb2.SiteColumns:
+    def profiles(self, at_s: float) -> Profiles:
         """Profiles at `at_s` as columns; the last good ones if the profiler is down. The
         same object is kept as the last good reply: callers must not change it (the
         aggregator's state marks dead sites in a copy, AggregatorState.hide_dead)."""
@@ -174,31 +287,43 @@ class ControlClient:
             table = embedded_field(reply, REPLY_COLUMNS, give_up_on=REPLY_SITES)
         except ValueError:
             table = None
-        self.last_profiles, self._last_reply, self._last_table = columns, reply, table
+        self.last_profiles, self._last_columns = profiles_of(columns), columns
+        self._last_reply, self._last_table = reply, table
 
-    def _request_bytes(
-        self, request: policy_pb2.SelectSitesRequest, profiles: common_pb2.SiteColumns
-    ) -> bytes:
+    def _request_bytes(self, request: policy_pb2.SelectSitesRequest, profiles: Profiles) -> bytes:
         """`request` with `profiles` as its site columns, serialized. The profiler's own
         bytes are spliced in when `profiles` is its table unchanged (no site marked dead):
         the policy parses the same message either way."""
-        if profiles is self.last_profiles and self._last_table is not None:
-            return with_embedded(request.SerializeToString(), REQUEST_COLUMNS, self._last_table)
-        request.site_columns.CopyFrom(profiles)
+        if profiles is self.last_profiles:
+            if self._last_table is not None:
+                return with_embedded(request.SerializeToString(), REQUEST_COLUMNS, self._last_table)
+            request.site_columns.CopyFrom(self._last_columns)
+        else:
+            request.site_columns.CopyFrom(columns_message(profiles))
         return request.SerializeToString()
+
+    def _history_messages(self, history: Sequence[RoundRecord]) -> list[common_pb2.RoundRecord]:
+        """`history` as messages; the records sent before are not converted again."""
+        known = self._history
+        same = 0
+        while same < min(len(known), len(history)) and known[same][0] is history[same]:
+            same += 1
+        del known[same:]
+        known.extend((record, round_record_message(record)) for record in history[same:])
+        return [message for _, message in known]
 
     def select(
         self,
         round_no: int,
-        profiles: common_pb2.SiteColumns,
-        history: Sequence[common_pb2.RoundRecord],
-    ) -> policy_pb2.Selection:
+        profiles: Profiles,
+        history: Sequence[RoundRecord],
+    ) -> Selection:
         """The policy's selection for the round; the last good one if the policy is down."""
         run = self.run
         request = policy_pb2.SelectSitesRequest(
             policy=run.policy,
             params=run.policy_params,
-            history=history,
+            history=self._history_messages(history),
             update_size_bytes=run.update_size_bytes,
             tau_s=run.tau_s,
             target_accuracy=run.target_accuracy,
@@ -217,16 +342,16 @@ class ControlClient:
                 on_retry=lambda: self.metrics.dependency_retries.labels("policy").inc(),
             )
         except DependencyDown as exc:
-            return self._fallback_selection(round_no, profiles, exc)
-        self.last_selection = selection
-        return selection
+            return selection_of(self._fallback_selection(round_no, profiles, exc))
+        self._last_selection = selection
+        return selection_of(selection)
 
     def _fallback_selection(
-        self, round_no: int, profiles: common_pb2.SiteColumns, exc: DependencyDown
+        self, round_no: int, profiles: Profiles, exc: DependencyDown
     ) -> policy_pb2.Selection:
         """The policy is down: reuse its last good selection, minus sites now dead."""
         alive = {site for site, ok in zip(profiles.site_id, profiles.alive, strict=True) if ok}
-        last = self.last_selection
+        last = self._last_selection
         if last is None or not alive.intersection(last.site_ids):
             raise RunFailed(f"{exc}; no earlier selection to fall back on") from None
         selection = policy_pb2.Selection()

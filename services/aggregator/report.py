@@ -15,10 +15,10 @@ import numpy as np
 from powertrip.core.config import RunConfig
 from powertrip.core.footprint import JOULES_PER_KWH, RoundFootprint
 from powertrip.core.timemodel import RoundTime
-from powertrip.v1 import common_pb2, policy_pb2
+from services.aggregator.domain import Selection
 from services.aggregator.records import RoundRow
-from services.aggregator.run_result import LoopResult
-from services.aggregator.state import RoundInProgress
+from services.aggregator.round import RoundInProgress
+from services.aggregator.run_result import LoopResult, RoundRecord
 
 
 @dataclass
@@ -26,7 +26,7 @@ class FinishedRound:
     """One trained and evaluated round, on the run's clock."""
 
     round_no: int
-    selection: policy_pb2.Selection
+    selection: Selection
     progress: RoundInProgress
     steps: dict[str, int]  # each site's local steps, as asked
     accuracy: float
@@ -68,7 +68,7 @@ def round_row(run: RunConfig, done: FinishedRound) -> RoundRow:
         bytes_down=len(contributed) * done.model_bytes,
         emulated_bytes=run.comm_directions * run.update_size_bytes * done.k,
         straggler=timing.straggler,
-        mode=policy_pb2.SelectionMode.Name(selection.mode).split("_")[-1].lower(),
+        mode=selection.mode,
         train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
         clock=run.clock,
         model_round_time_s=done.model_round_s if run.clock == "wall" else None,
@@ -118,12 +118,12 @@ def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
     return decision
 
 
-def history_record(done: FinishedRound) -> common_pb2.RoundRecord:
+def history_record(done: FinishedRound) -> RoundRecord:
     """The round as the policy sees it in later rounds' history, with what each site that
     delivered reported (in the policy's order)."""
     progress, durations = done.progress, done.site_durations or {}
     reported = [s for s in done.selection.site_ids if s in progress.train_loss]
-    return common_pb2.RoundRecord(
+    return RoundRecord.of(
         round=done.round_no,
         k=done.k,
         accuracy=done.accuracy,

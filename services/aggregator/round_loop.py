@@ -19,8 +19,6 @@ from powertrip.core import runfiles
 from powertrip.core.fedavg import apply_delta
 from powertrip.core.footprint import RoundFootprint
 from powertrip.core.workloads import get_workload
-from powertrip.rpc.sitecolumns import profile_at
-from powertrip.v1 import common_pb2, policy_pb2
 from services.aggregator.accounting import Accounting
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import DeltaAudit
@@ -29,6 +27,7 @@ from services.aggregator.clock import ModelRound, measured_time, simulated_time
 from services.aggregator.columns import site_rows
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import ControlClient
+from services.aggregator.domain import Profiles, Selection, SiteProfile
 from services.aggregator.errors import EmptyRound, RunFailed
 from services.aggregator.evaluator import Evaluator, initial_weights
 from services.aggregator.metrics import AggregatorMetrics
@@ -40,8 +39,9 @@ from services.aggregator.report import (
     round_row,
     run_summary,
 )
+from services.aggregator.round import RoundInProgress
 from services.aggregator.run_result import LoopResult
-from services.aggregator.state import AggregatorState, RoundInProgress
+from services.aggregator.state import AggregatorState
 from services.aggregator.stopping import (
     MAX_ROUNDS,
     TARGET_REACHED,
@@ -116,7 +116,9 @@ class RoundLoop:
         restore_site_ids(self.result, self.config.out_dir)
         self.state.set_model(resumed.weights, version=resumed.model_version)
         self.state.restore_dead(resumed.dead_sites)
-        self.control.restore(resumed.last_selection, resumed.last_profiles)
+        self.control.restore(
+            resumed.last_selection, resumed.last_profiles, resumed.last_profiles_reply
+        )
         if self.result.history:
             self.state.restore_status(self.result.history[-1], self.result.rounds)
         log.info(
@@ -148,7 +150,7 @@ class RoundLoop:
     def dispatch(
         self,
         round_no: int,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         steps: dict[str, int] | None = None,
         batches: dict[str, int] | None = None,
     ) -> RoundInProgress:
@@ -228,26 +230,26 @@ class RoundLoop:
         )
         return stop
 
-    def _profiles(self) -> common_pb2.SiteColumns:
+    def _profiles(self) -> Profiles:
         """The profiles at the run's time, dead sites marked unavailable."""
         return self.state.hide_dead(self.control.profiles(self.result.sim_time_s))
 
     def _select(
-        self, round_no: int, profiles: common_pb2.SiteColumns
-    ) -> tuple[policy_pb2.Selection, Mapping[str, common_pb2.SiteProfile]]:
+        self, round_no: int, profiles: Profiles
+    ) -> tuple[Selection, Mapping[str, SiteProfile]]:
         """The policy's selection on `profiles`, and the selected sites' profiles."""
         selection = self.control.select(round_no, profiles, self.result.history)
         if not selection.site_ids:
             raise RunFailed(f"policy {self.run.policy} selected no site in round {round_no}")
         rows = site_rows(profiles, selection.site_ids)
         return selection, {
-            site: profile_at(profiles, rows[site]) for site in selection.site_ids if site in rows
+            site: profiles.profile(rows[site]) for site in selection.site_ids if site in rows
         }
 
     def _train(
         self,
         round_no: int,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         steps: dict[str, int],
         wall_start: float,
         wall: WallTimes,
@@ -283,7 +285,7 @@ class RoundLoop:
     def _advance(
         self,
         round_no: int,
-        selection: policy_pb2.Selection,
+        selection: Selection,
         planned: ModelRound,
         trained: TrainedRound,
         wall_round_s: float,
@@ -354,14 +356,15 @@ class RoundLoop:
         self, round_no: int, weights: dict[str, np.ndarray], model_version: int
     ) -> None:
         """Model plus every piece of loop state the following rounds depend on."""
+        last_selection, last_profiles = self.control.checkpoint_replies()
         self.checkpoints.save(
             round_no,
             weights,
             model_version,
             self.result,
             self.state.dead_sites(),
-            self.control.last_selection,
-            self.control.last_profiles,
+            last_selection,
+            last_profiles,
         )
 
     # ---- the whole run -----------------------------------------------------------------

@@ -5,7 +5,49 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from powertrip.core.footprint import FootprintTotals
-from powertrip.v1 import common_pb2
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One finished round as the policy sees it in later rounds' history (paper Eq. 5):
+    the values of a common.v1 RoundRecord (control_client.py sends it as one). What each
+    site that delivered reported are parallel tuples, in site_ids order; empty in records
+    from before they existed."""
+
+    round: int = 0
+    k: int = 0
+    accuracy: float = 0.0
+    round_time_s: float = 0.0
+    predicted_round_time_s: float = 0.0
+    sim_time_s: float = 0.0
+    site_ids: tuple[str, ...] = ()
+    reported_site_ids: tuple[str, ...] = ()
+    site_train_loss: tuple[float, ...] = ()
+    site_num_samples: tuple[int, ...] = ()
+    site_duration_s: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, **values) -> RoundRecord:
+        """A record of `values` held as the message holds them: numbers as Python ints
+        and floats (an int given for a double reads back as a float), lists as tuples."""
+        out = {}
+        for name, value in values.items():
+            kind = _KINDS[name]
+            if kind is str:
+                out[name] = tuple(str(v) for v in value)
+            elif isinstance(kind, tuple):
+                out[name] = tuple(kind[0](v) for v in value)
+            else:
+                out[name] = kind(value)
+        return cls(**out)
+
+
+_KINDS = {
+    "round": int, "k": int, "accuracy": float, "round_time_s": float,
+    "predicted_round_time_s": float, "sim_time_s": float, "site_ids": str,
+    "reported_site_ids": str, "site_train_loss": (float,), "site_num_samples": (int,),
+    "site_duration_s": (float,),
+}  # fmt: skip
 
 
 @dataclass
@@ -16,7 +58,7 @@ class LoopResult:
     best_accuracy: float = 0.0
     time_to_target_s: float | None = None
     stopped_reason: str = ""
-    history: list[common_pb2.RoundRecord] = field(default_factory=list)
+    history: list[RoundRecord] = field(default_factory=list)
     #: energy, egress and carbon so far; None when unknown (resumed from a checkpoint
     #: written before the accounting existed, whose rounds were not counted)
     footprint: FootprintTotals | None = field(default_factory=FootprintTotals)
@@ -61,7 +103,7 @@ class LoopResult:
             best_accuracy=float(data["best_accuracy"]),
             time_to_target_s=data["time_to_target_s"],
             stopped_reason=str(data["stopped_reason"]),
-            history=[common_pb2.RoundRecord(**h) for h in data["history"]],
+            history=[RoundRecord.of(**h) for h in data["history"]],
             footprint=(
                 FootprintTotals.from_json(data["footprint"]) if data.get("footprint") else None
             ),

@@ -12,8 +12,10 @@ import logging
 import grpc
 
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
+from services.aggregator.control_client import round_record_message
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.state import AggregatorState, RegistrationError, tokens_match
+from services.aggregator.state import AggregatorState, RegistrationError, RunStatus, tokens_match
+from services.aggregator.tasks import DATA_SCOPE_POOLED, Task
 from services.aggregator.uploads import DeltaReceiver
 
 SERVICE = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"]
@@ -103,7 +105,9 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         self._worker(request.worker_id, request.session_token, context)
         wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S)
         tasks, shutdown = self.state.take_tasks(request.worker_id, wait)
-        return aggregator_pb2.NextTaskResponse(tasks=tasks, shutdown=shutdown)
+        return aggregator_pb2.NextTaskResponse(
+            tasks=[task_message(task) for task in tasks], shutdown=shutdown
+        )
 
     def DownloadModel(self, request, context):
         self._worker(request.worker_id, request.session_token, context)
@@ -128,7 +132,39 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         return self.uploads.status(request, info, context)
 
     def GetStatus(self, request, context):
-        with self.state.lock:
-            status = aggregator_pb2.RunStatus()
-            status.CopyFrom(self.state.status)
-            return status
+        return status_message(self.state.status_now())
+
+
+def task_message(task: Task) -> aggregator_pb2.Task:
+    return aggregator_pb2.Task(
+        task_id=task.task_id,
+        round=task.round,
+        site_id=task.site_id,
+        model_version=task.model_version,
+        local_steps=task.local_steps,
+        lr=task.lr,
+        batch_size=task.batch_size,
+        seed=task.seed,
+        data_scope=(
+            aggregator_pb2.DATA_SCOPE_POOLED
+            if task.data_scope == DATA_SCOPE_POOLED
+            else aggregator_pb2.DATA_SCOPE_SITE
+        ),
+    )
+
+
+def status_message(status: RunStatus) -> aggregator_pb2.RunStatus:
+    message = aggregator_pb2.RunStatus(
+        state=status.state,
+        round=status.round,
+        max_rounds=status.max_rounds,
+        accuracy=status.accuracy,
+        sim_time_s=status.sim_time_s,
+        k=status.k,
+        registered_sites=status.registered_sites,
+        num_sites=status.num_sites,
+        message=status.message,
+    )
+    if status.last is not None:
+        message.last.CopyFrom(round_record_message(status.last))
+    return message

@@ -7,24 +7,66 @@ done under this lock (see accumulator.py). Nothing here is global: one instance 
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from powertrip.rpc.chunkwire import encode_chunks
 from powertrip.rpc.tensors import TensorAssembler, TensorSpec, layout_of
-from powertrip.v1 import aggregator_pb2, common_pb2
-from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.columns import site_rows
+from services.aggregator.domain import Profiles
+from services.aggregator.round import PartialUpload, RoundInProgress
+from services.aggregator.run_result import RoundRecord
+from services.aggregator.tasks import Task
 
 
 class RegistrationError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
+
+
+class UploadRefused(Exception):
+    """An upload (or a question about one) the state cannot take; `reason` says why, in
+    the words of `powertrip_delta_rejected_total` (uploads.py gives each its status code)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class RunStatus:
+    """What GetStatus shows of the run (the servicer sends it as an aggregator.v1
+    RunStatus); `last` is the last finished round, None before one."""
+
+    state: str = "waiting_for_sites"  # "waiting_for_sites" | "running" | "done" | "failed"
+    round: int = 0
+    max_rounds: int = 0
+    accuracy: float = 0.0
+    sim_time_s: float = 0.0
+    k: int = 0
+    registered_sites: int = 0
+    num_sites: int = 0
+    message: str = ""
+    last: RoundRecord | None = None
+
+
+@dataclass(frozen=True)
+class UploadState:
+    """Where one task's upload stands (UploadStatus): `state` accepted, partial (held up
+    to tensor `next[0]` byte `next[1]`) or none; `total_bytes` is the model's size."""
+
+    state: str
+    total_bytes: int
+    next: tuple[int, int] = (0, 0)
+    bytes_held: int = 0
 
 
 def tokens_match(given: str, want: str) -> bool:
@@ -40,7 +82,7 @@ class WorkerInfo:
     worker_id: str
     session_token: str
     site_ids: list[str]
-    queue: list[aggregator_pb2.Task] = field(default_factory=list)
+    queue: list[Task] = field(default_factory=list)
     #: set when tasks arrive or the run ends: a long poll waits on its own worker's event,
     #: so one upload does not wake every parked poller (1,000 of them under load)
     wake: threading.Event = field(default_factory=threading.Event)
@@ -54,64 +96,8 @@ class WorkerInfo:
 HELD_BYTES_PER_WORKER = 4 << 30
 
 
-@dataclass(eq=False)
-class PartialUpload:
-    """One site's delta as it arrives in a round: its header (without `resume`) and the
-    assembler holding the chunks that passed their checks. One stream writes to it at a
-    time, under `lock`: `owner` is that stream's handle; None while it is held for a resume
-    after its stream broke. A stream that finds another owner was superseded by a resume."""
-
-    header: aggregator_pb2.DeltaHeader
-    assembler: TensorAssembler
-    owner: object | None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    held_since: float = 0.0
-
-    @property
-    def worker_id(self) -> str:
-        return self.header.worker_id
-
-
-@dataclass
-class RoundInProgress:
-    round: int
-    model_version: int
-    tasks: dict[str, aggregator_pb2.Task]  # task_id -> task
-    fedavg: RoundAccumulator
-    received: set[str] = field(default_factory=set)  # site ids whose delta was accepted
-    #: site ids whose delta passed the checks and is being summed (off the state lock)
-    accepting: set[str] = field(default_factory=set)
-    failed: set[str] = field(default_factory=set)
-    train_loss: dict[str, float] = field(default_factory=dict)
-    bytes_up: int = 0
-    #: time.monotonic() when the tasks were handed out (install_round), and, per site whose
-    #: delta was accepted, when that happened plus what its worker reported: the wall
-    #: clock's round breakdown is measured from these, and `steps` shows each site really
-    #: trained what its task asked (the data-parallel work model varies it per site)
-    started_at: float = 0.0
-    finished_at: dict[str, float] = field(default_factory=dict)
-    compute_wall_s: dict[str, float] = field(default_factory=dict)
-    steps: dict[str, int] = field(default_factory=dict)
-    #: per accepted site: its training samples, and the joules NVML measured (when sent)
-    num_samples: dict[str, int] = field(default_factory=dict)
-    energy_j: dict[str, float] = field(default_factory=dict)
-    #: site id -> its FedAvg weight where the work model sets it (power-split: the samples
-    #: its task trains on, local_steps x its batch); other sites weigh by num_samples
-    fedavg_weights: dict[str, float] = field(default_factory=dict)
-    #: site id -> its latest upload of this round that is streaming or was cut mid-stream
-    #: (held for a resume); gone once complete or rejected, all dropped at the round's close
-    partials: dict[str, PartialUpload] = field(default_factory=dict)
-
-    @property
-    def expected(self) -> set[str]:
-        return {t.site_id for t in self.tasks.values()}
-
-    def complete(self) -> bool:
-        return self.received | self.failed >= self.expected
-
-    def has_delta(self, site: str) -> bool:
-        """The site's delta was accepted or is being summed: another one is a duplicate."""
-        return site in self.received or site in self.accepting
+#: owner of a PartialUpload whose delta was assembled: nothing may resume or add to it
+FINISHED = object()
 
 
 class AggregatorState:
@@ -133,7 +119,7 @@ class AggregatorState:
         #: policy sees them as alive=False until their worker polls or registers again
         self.dead: set[str] = set()
         self.done = False
-        self.status = aggregator_pb2.RunStatus(state="waiting_for_sites", num_sites=len(site_ids))
+        self.status = RunStatus(num_sites=len(site_ids))
 
     # ---- model -------------------------------------------------------------------------
     def set_model(self, weights: dict[str, np.ndarray], version: int) -> None:
@@ -244,6 +230,192 @@ class AggregatorState:
             if current is not None and current.partials.get(site) is upload:
                 del current.partials[site]
 
+    # ---- uploads (uploads.py decides what to check; these read and book under the lock) --
+    def is_known(self, site: str) -> bool:
+        """`site` is one of the run's sites (hosted or not)."""
+        return site in self._known
+
+    def hosted_sites(self, info: WorkerInfo) -> list[str]:
+        """Those of the worker's sites it still hosts (another worker may have taken some)."""
+        with self.lock:
+            return [s for s in info.site_ids if self.site_owner.get(s) == info.worker_id]
+
+    def check_task(self, round_no: int, task_id: str, site: str, model_version: int) -> None:
+        """A delta for task `task_id` of `site` in round `round_no`, against model
+        `model_version`, fits the open round; UploadRefused says why it does not."""
+        with self.lock:
+            current = self.current
+            if current is None or round_no != current.round:
+                have = current.round if current else self.round_no
+                raise UploadRefused(
+                    "future_round" if round_no > have else "stale_round",
+                    f"delta for round {round_no}; {open_round(current, have)}",
+                )
+            task = current.tasks.get(task_id)
+            if task is None or task.site_id != site:
+                raise UploadRefused("unknown_task", f"no task {task_id!r}")
+            if model_version != task.model_version:
+                raise UploadRefused(
+                    "stale_model",
+                    f"delta against model {model_version}, task was {task.model_version}",
+                )
+            if current.has_delta(site):
+                raise UploadRefused("duplicate", "delta already received")
+
+    def open_upload(self, round_no: int, site: str, header: Any, owner: object) -> PartialUpload:
+        """A fresh upload of `site`'s delta (its `header` without `resume`) owned by stream
+        `owner`: it replaces whatever the site's earlier uploads left held."""
+        with self.lock:
+            layout, limit = list(self.layout), self.model_bytes
+            current = self.current
+            if current is None or current.round != round_no:
+                raise UploadRefused("stale_round", "round ended")
+            assembler = TensorAssembler(expected=layout, max_total_bytes=limit)
+            upload = PartialUpload(header, assembler, owner=owner)
+            current.partials[site] = upload
+        return upload
+
+    def resume_upload(
+        self,
+        round_no: int,
+        site: str,
+        task_id: str,
+        worker_id: str,
+        session_token: str,
+        want: tuple[int, int],
+        stream: object,
+        same_header: Callable[[Any], bool],
+    ) -> tuple[PartialUpload, int]:
+        """Hand the upload held for this session and task to `stream`, which continues it
+        at `want` (tensor, byte); (the upload, its bytes kept). UploadRefused when there is
+        none, it stands elsewhere, or `same_header` says the held header differs (the held
+        bytes are then dropped)."""
+        with self.lock:
+            current = self.current
+            if current is None or current.round != round_no:
+                raise UploadRefused("stale_round", "round ended")
+            upload = current.partials.get(site)
+            held = upload.header if upload is not None else None
+            if (
+                held is None
+                or held.task_id != task_id
+                or held.worker_id != worker_id
+                or not tokens_match(held.session_token, session_token)
+            ):
+                raise UploadRefused(
+                    "resume_missing",
+                    "nothing of this upload is held (ask UploadStatus; send it all)",
+                )
+            if not same_header(held):
+                del current.partials[site]
+                raise UploadRefused(
+                    "resume_mismatch",
+                    "the resumed header differs from the interrupted one: held bytes dropped",
+                )
+            with upload.lock:
+                where = upload.assembler.position
+                if upload.owner is FINISHED:
+                    raise UploadRefused("resume_missing", "the upload already ended")
+                if where != want:
+                    raise UploadRefused(
+                        "resume_offset",
+                        f"held up to tensor {where[0]} byte {where[1]}; the stream resumes at "
+                        f"tensor {want[0]} byte {want[1]} (ask UploadStatus)",
+                    )
+                upload.owner = stream
+                kept = upload.assembler.bytes_held
+        return upload, kept
+
+    def upload_state(
+        self,
+        info: WorkerInfo,
+        site: str,
+        round_no: int,
+        task_id: str,
+        worker_id: str,
+        session_token: str,
+    ) -> UploadState:
+        """Where the upload of task `task_id` of `site` stands, for the authenticated worker
+        `info`; UploadRefused when the site, the round or the task is not its to ask about."""
+        with self.lock:
+            if not self.is_known(site):
+                raise UploadRefused("unknown_site", f"unknown site {site!r}")
+            if site not in info.site_ids or self.site_owner.get(site) != info.worker_id:
+                raise UploadRefused(
+                    "wrong_identity", f"worker {worker_id!r} does not host {site!r}"
+                )
+            current = self.current
+            if current is None or current.round != round_no:
+                raise UploadRefused(
+                    "stale_round",
+                    f"upload for round {round_no}; {open_round(current, self.round_no)}",
+                )
+            task = current.tasks.get(task_id)
+            if task is None or task.site_id != site:
+                raise UploadRefused("unknown_task", f"no task {task_id!r}")
+            if current.has_delta(site):
+                return UploadState("accepted", self.model_bytes)
+            upload = current.partials.get(site)
+            if (
+                upload is not None
+                and upload.header.task_id == task_id
+                and upload.worker_id == worker_id
+                and tokens_match(upload.header.session_token, session_token)
+            ):
+                with upload.lock:
+                    if upload.owner is not FINISHED:
+                        return UploadState(
+                            "partial",
+                            self.model_bytes,
+                            upload.assembler.position,
+                            upload.assembler.bytes_held,
+                        )
+            return UploadState("none", self.model_bytes)
+
+    def claim_delta(self, round_no: int, site: str) -> RoundInProgress:
+        """Claim `site`'s place in the open round for a delta about to be summed (off this
+        lock); the round. A claimed delta is booked or released, never both."""
+        with self.lock:
+            current = self.current
+            if current is None or current.round != round_no:
+                raise UploadRefused("stale_round", "round ended")
+            if current.has_delta(site):
+                raise UploadRefused("duplicate", "delta already received")
+            current.accepting.add(site)
+            return current
+
+    def release_delta(self, progress: RoundInProgress, site: str) -> None:
+        """Summing the claimed delta failed: the site has no delta in the round."""
+        with self.lock:
+            progress.accepting.discard(site)
+            self.changed.notify_all()
+
+    def book_delta(
+        self,
+        progress: RoundInProgress,
+        site: str,
+        *,
+        train_loss: float,
+        compute_wall_s: float,
+        steps: int,
+        num_samples: int,
+        energy_j: float,
+        bytes_up: int,
+    ) -> None:
+        """The claimed delta was summed: the site delivered, with what its worker reported."""
+        with self.lock:
+            progress.accepting.discard(site)
+            progress.received.add(site)
+            progress.train_loss[site] = train_loss
+            progress.finished_at[site] = time.monotonic()
+            progress.compute_wall_s[site] = compute_wall_s
+            progress.steps[site] = steps
+            progress.num_samples[site] = num_samples
+            if 0 < energy_j < math.inf:  # NaN and inf are not a measurement
+                progress.energy_j[site] = energy_j
+            progress.bytes_up += bytes_up
+            self.changed.notify_all()
+
     def _requeue_open_tasks(self, info: WorkerInfo) -> None:
         """A (re)joining worker gets the current round's tasks its sites still owe."""
         current = self.current
@@ -275,21 +447,15 @@ class AggregatorState:
                 lambda: any(s not in self.dead for s in self.site_owner), timeout=timeout_s
             )
 
-    def hide_dead(self, columns: common_pb2.SiteColumns) -> common_pb2.SiteColumns:
-        """`columns` with dead sites marked unavailable (the policy must not pick them): a
-        marked copy, or `columns` itself when no site is dead (copying 100,000 sites' columns
-        costs milliseconds every round)."""
+    def hide_dead(self, profiles: Profiles) -> Profiles:
+        """`profiles` with dead sites marked unavailable (the policy must not pick them): a
+        marked copy, or `profiles` itself when no site is dead (copying 100,000 sites'
+        columns costs milliseconds every round)."""
         dead = self.dead_sites()
         if not dead:
-            return columns
-        marked = common_pb2.SiteColumns()
-        marked.CopyFrom(columns)
-        rows = site_rows(columns, dead)
-        for site in dead:
-            row = rows.get(site)
-            if row is not None:
-                marked.alive[row] = False
-        return marked
+            return profiles
+        rows = site_rows(profiles, dead)
+        return profiles.with_dead(rows[site] for site in dead if site in rows)
 
     def dead_sites(self) -> set[str]:
         with self.lock:
@@ -316,7 +482,7 @@ class AggregatorState:
                 owner.wake.set()
             self.changed.notify_all()
 
-    def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[aggregator_pb2.Task], bool]:
+    def take_tasks(self, worker_id: str, wait_s: float) -> tuple[list[Task], bool]:
         with self.lock:
             info = self.workers[worker_id]
             # a poll proves the worker is alive: its sites may be selected again
@@ -370,13 +536,13 @@ class AggregatorState:
             self.status.state = "running"
             self.status.max_rounds = max_rounds
 
-    def restore_status(self, last: common_pb2.RoundRecord, rounds: int) -> None:
+    def restore_status(self, last: RoundRecord, rounds: int) -> None:
         """A resumed run shows its last checkpointed round until the next one finishes."""
         with self.lock:
-            self.status.last.CopyFrom(last)
+            self.status.last = last
             self.status.round = rounds
 
-    def publish_round(self, last: common_pb2.RoundRecord) -> None:
+    def publish_round(self, last: RoundRecord) -> None:
         with self.lock:
             s = self.status
             s.state, s.round, s.accuracy, s.sim_time_s, s.k = (
@@ -386,7 +552,12 @@ class AggregatorState:
                 last.sim_time_s,
                 last.k,
             )
-            s.last.CopyFrom(last)
+            s.last = last
+
+    def status_now(self) -> RunStatus:
+        """A copy of the run's status as it stands."""
+        with self.lock:
+            return replace(self.status)
 
     def finish(self, state: str, message: str) -> None:
         """The run is over (`state` done or failed): wake every poller to see `shutdown`."""
@@ -397,3 +568,10 @@ class AggregatorState:
             for info in self.workers.values():
                 info.wake.set()
             self.changed.notify_all()
+
+
+def open_round(current: RoundInProgress | None, last_round: int) -> str:
+    """Which round takes uploads now, in words (a closed round is not 'current')."""
+    if current is not None:
+        return f"the open round is {current.round}"
+    return f"no round is open (the last was {last_round})"

@@ -18,15 +18,19 @@ past a per-worker cap (state.HELD_BYTES_PER_WORKER).
 from __future__ import annotations
 
 import logging
-import math
-import time
 
 import grpc
 
-from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, TensorStreamError
+from powertrip.rpc.tensors import CHUNK_BYTES, TensorStreamError
 from powertrip.v1 import aggregator_pb2
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.state import AggregatorState, PartialUpload, WorkerInfo, tokens_match
+from services.aggregator.state import (
+    FINISHED,
+    AggregatorState,
+    PartialUpload,
+    UploadRefused,
+    WorkerInfo,
+)
 
 log = logging.getLogger("aggregator")
 
@@ -45,7 +49,26 @@ def stream_error_status(reason: str) -> grpc.StatusCode:
 
 
 #: owner of a PartialUpload whose delta was assembled: nothing may resume or add to it
-_FINISHED = object()
+_FINISHED = FINISHED
+
+#: the status code of each reason the state refuses an upload for (state.UploadRefused)
+REFUSED_CODES = {
+    "unknown_site": grpc.StatusCode.NOT_FOUND,
+    "wrong_identity": grpc.StatusCode.PERMISSION_DENIED,
+    "future_round": grpc.StatusCode.FAILED_PRECONDITION,
+    "stale_round": grpc.StatusCode.FAILED_PRECONDITION,
+    "unknown_task": grpc.StatusCode.NOT_FOUND,
+    "stale_model": grpc.StatusCode.FAILED_PRECONDITION,
+    "duplicate": grpc.StatusCode.ALREADY_EXISTS,
+    "resume_missing": grpc.StatusCode.ABORTED,
+    "resume_mismatch": grpc.StatusCode.ABORTED,
+    "resume_offset": grpc.StatusCode.ABORTED,
+}
+
+_UPLOAD_STATES = {
+    "accepted": aggregator_pb2.UPLOAD_STATE_ACCEPTED,
+    "partial": aggregator_pb2.UPLOAD_STATE_PARTIAL,
+}
 
 
 class Rejected(Exception):
@@ -53,6 +76,10 @@ class Rejected(Exception):
         super().__init__(message)
         self.code, self.reason = code, reason
         self.task = ""  # the upload's task id, once its header was read (for the log)
+
+    @classmethod
+    def of(cls, refused: UploadRefused) -> Rejected:
+        return cls(REFUSED_CODES[refused.reason], refused.reason, str(refused))
 
 
 class DeltaReceiver:
@@ -100,8 +127,7 @@ class DeltaReceiver:
         info = self.state.authenticate(header.worker_id, header.session_token)
         if info is None:
             raise Rejected(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", "bad session token")
-        with self.state.lock:
-            hosted = [s for s in info.site_ids if self.state.site_owner.get(s) == info.worker_id]
+        hosted = self.state.hosted_sites(info)
         self._check_task(header, hosted)
         stream = object()  # this stream's claim on the upload
         if header.HasField("resume"):
@@ -185,15 +211,10 @@ class DeltaReceiver:
 
     def _open(self, header, stream: object) -> PartialUpload:
         """A fresh upload: it replaces whatever the site's earlier uploads left held."""
-        with self.state.lock:
-            layout, limit = list(self.state.layout), self.state.model_bytes
-            current = self.state.current
-            if current is None or current.round != header.round:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "stale_round", "round ended")
-            assembler = TensorAssembler(expected=layout, max_total_bytes=limit)
-            upload = PartialUpload(_identity(header), assembler, owner=stream)
-            current.partials[header.site_id] = upload
-        return upload
+        try:
+            return self.state.open_upload(header.round, header.site_id, _identity(header), stream)
+        except UploadRefused as exc:
+            raise Rejected.of(exc) from None
 
     def _resume(self, header, stream: object) -> PartialUpload:
         """Take over the held upload this stream continues; ABORTED (retry after
@@ -201,47 +222,15 @@ class DeltaReceiver:
         or the header differs from the held one (which is then dropped)."""
         site = header.site_id
         want = (header.resume.tensor_index, header.resume.offset)
-        with self.state.lock:
-            current = self.state.current
-            if current is None or current.round != header.round:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "stale_round", "round ended")
-            upload = current.partials.get(site)
-            held = upload.header if upload is not None else None
-            if (
-                held is None
-                or held.task_id != header.task_id
-                or held.worker_id != header.worker_id
-                or not tokens_match(held.session_token, header.session_token)
-            ):
-                raise Rejected(
-                    grpc.StatusCode.ABORTED,
-                    "resume_missing",
-                    "nothing of this upload is held (ask UploadStatus; send it all)",
-                )
-            if _identity(header).SerializeToString(deterministic=True) != held.SerializeToString(
-                deterministic=True
-            ):
-                del current.partials[site]
-                raise Rejected(
-                    grpc.StatusCode.ABORTED,
-                    "resume_mismatch",
-                    "the resumed header differs from the interrupted one: held bytes dropped",
-                )
-            with upload.lock:
-                where = upload.assembler.position
-                if upload.owner is _FINISHED:
-                    raise Rejected(
-                        grpc.StatusCode.ABORTED, "resume_missing", "the upload already ended"
-                    )
-                if where != want:
-                    raise Rejected(
-                        grpc.StatusCode.ABORTED,
-                        "resume_offset",
-                        f"held up to tensor {where[0]} byte {where[1]}; the stream resumes at "
-                        f"tensor {want[0]} byte {want[1]} (ask UploadStatus)",
-                    )
-                upload.owner = stream
-                kept = upload.assembler.bytes_held
+        wire = _identity(header).SerializeToString(deterministic=True)
+        try:
+            upload, kept = self.state.resume_upload(
+                header.round, site, header.task_id, header.worker_id, header.session_token,
+                want, stream,
+                same_header=lambda held: wire == held.SerializeToString(deterministic=True),
+            )  # fmt: skip
+        except UploadRefused as exc:
+            raise Rejected.of(exc) from None
         self.metrics.upload_resumes.inc()
         log.info("upload of %s resumed at tensor %d byte %d (%d bytes kept)", site, *want, kept)
         return upload
@@ -260,47 +249,24 @@ class DeltaReceiver:
     def status(self, request, info: WorkerInfo, context) -> aggregator_pb2.UploadStatusResponse:
         """Where the task's upload stands (for an authenticated worker): accepted, held up
         to a position, or nothing."""
-        state = self.state
-        with state.lock:
-            site = request.site_id
-            if site not in state.site_owner and site not in set(state.all_sites):
-                context.abort(grpc.StatusCode.NOT_FOUND, f"unknown site {site!r}")
-            if site not in info.site_ids or state.site_owner.get(site) != info.worker_id:
-                context.abort(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"worker {request.worker_id!r} does not host {site!r}",
-                )
-            current = state.current
-            if current is None or current.round != request.round:
-                context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"upload for round {request.round}; {_open_round(current, state.round_no)}",
-                )
-            task = current.tasks.get(request.task_id)
-            if task is None or task.site_id != site:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"no task {request.task_id!r}")
-            reply = aggregator_pb2.UploadStatusResponse(total_bytes=state.model_bytes)
-            if current.has_delta(site):
-                reply.state = aggregator_pb2.UPLOAD_STATE_ACCEPTED
-                return reply
-            upload = current.partials.get(site)
-            if (
-                upload is not None
-                and upload.header.task_id == request.task_id
-                and upload.worker_id == request.worker_id
-                and tokens_match(upload.header.session_token, request.session_token)
-            ):
-                with upload.lock:
-                    if upload.owner is not _FINISHED:
-                        where = upload.assembler.position
-                        reply.state = aggregator_pb2.UPLOAD_STATE_PARTIAL
-                        reply.next.tensor_index, reply.next.offset = where
-                        reply.bytes_held = upload.assembler.bytes_held
-            return reply
+        try:
+            where = self.state.upload_state(
+                info, request.site_id, request.round, request.task_id, request.worker_id,
+                request.session_token,
+            )  # fmt: skip
+        except UploadRefused as exc:
+            context.abort(REFUSED_CODES[exc.reason], str(exc))
+        reply = aggregator_pb2.UploadStatusResponse(total_bytes=where.total_bytes)
+        if where.state in _UPLOAD_STATES:
+            reply.state = _UPLOAD_STATES[where.state]
+        if where.state == "partial":
+            reply.next.tensor_index, reply.next.offset = where.next
+            reply.bytes_held = where.bytes_held
+        return reply
 
     def _check_task(self, header, hosted: list[str]) -> None:
         state = self.state
-        if header.site_id not in state.site_owner and header.site_id not in set(state.all_sites):
+        if not state.is_known(header.site_id):
             raise Rejected(
                 grpc.StatusCode.NOT_FOUND, "unknown_site", f"unknown site {header.site_id!r}"
             )
@@ -314,72 +280,31 @@ class DeltaReceiver:
             raise Rejected(
                 grpc.StatusCode.INVALID_ARGUMENT, "num_samples", "num_samples must be >= 1"
             )
-        with state.lock:
-            current = state.current
-            if current is None or header.round != current.round:
-                have = current.round if current else state.round_no
-                raise Rejected(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "future_round" if header.round > have else "stale_round",
-                    f"delta for round {header.round}; {_open_round(current, have)}",
-                )
-            task = current.tasks.get(header.task_id)
-            if task is None or task.site_id != header.site_id:
-                raise Rejected(
-                    grpc.StatusCode.NOT_FOUND, "unknown_task", f"no task {header.task_id!r}"
-                )
-            if header.model_version != task.model_version:
-                raise Rejected(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "stale_model",
-                    f"delta against model {header.model_version}, task was {task.model_version}",
-                )
-            if current.has_delta(header.site_id):
-                raise Rejected(
-                    grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
-                )
+        try:
+            state.check_task(header.round, header.task_id, header.site_id, header.model_version)
+        except UploadRefused as exc:
+            raise Rejected.of(exc) from None
 
     def _accept(self, header, arrays, received: int) -> None:
         """Claim the site's place under the state lock, sum its delta under the round's own
         lock, then book it: polls and authentication never wait on FedAvg arithmetic. A
         claimed delta is summed exactly once; a second upload of the site is a duplicate."""
         site = header.site_id
-        with self.state.lock:
-            current = self.state.current
-            if current is None or current.round != header.round:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, "stale_round", "round ended")
-            if current.has_delta(site):
-                raise Rejected(
-                    grpc.StatusCode.ALREADY_EXISTS, "duplicate", "delta already received"
-                )
-            current.accepting.add(site)
+        try:
+            current = self.state.claim_delta(header.round, site)
+        except UploadRefused as exc:
+            raise Rejected.of(exc) from None
         try:
             weight = current.fedavg_weights.get(site, float(header.num_samples))
             current.fedavg.add(site, arrays, weight)
         except BaseException:
-            with self.state.lock:
-                current.accepting.discard(site)
-                self.state.changed.notify_all()
+            self.state.release_delta(current, site)
             raise
-        with self.state.lock:
-            current.accepting.discard(site)
-            current.received.add(site)
-            current.train_loss[site] = header.train_loss
-            current.finished_at[site] = time.monotonic()
-            current.compute_wall_s[site] = header.compute_wall_s
-            current.steps[site] = header.steps
-            current.num_samples[site] = header.num_samples
-            if 0 < header.energy_j < math.inf:  # NaN and inf are not a measurement
-                current.energy_j[site] = header.energy_j
-            current.bytes_up += received
-            self.state.changed.notify_all()
-
-
-def _open_round(current, last_round: int) -> str:
-    """Which round takes uploads now, in words (a closed round is not 'current')."""
-    if current is not None:
-        return f"the open round is {current.round}"
-    return f"no round is open (the last was {last_round})"
+        self.state.book_delta(
+            current, site, train_loss=header.train_loss, compute_wall_s=header.compute_wall_s,
+            steps=header.steps, num_samples=header.num_samples, energy_j=header.energy_j,
+            bytes_up=received,
+        )  # fmt: skip
 
 
 def _identity(header: aggregator_pb2.DeltaHeader) -> aggregator_pb2.DeltaHeader:

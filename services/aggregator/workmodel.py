@@ -28,9 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from powertrip.core.timemodel import DP_REFERENCE_SITES, RoundTime, compute_time_s
-from powertrip.v1 import aggregator_pb2
+
+if TYPE_CHECKING:
+    from services.aggregator.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def split_work(
     )
 
 
-def fedavg_weights(tasks: Iterable[aggregator_pb2.Task]) -> dict[str, float]:
+def fedavg_weights(tasks: Iterable[Task]) -> dict[str, float]:
     """site -> FedAvg weight for a power-split round: the samples its task trains on,
     local_steps x batch_size (H b_i, so the weights follow the batch shares b_i / B). The
     other work models weigh by the num_samples a site reports (its data size) instead."""

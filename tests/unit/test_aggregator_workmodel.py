@@ -13,18 +13,20 @@ from hypothesis import strategies as st
 from powertrip.core.config import ConfigError, RunConfig
 from powertrip.core.runfiles import ROUND_COLUMNS, round_columns
 from powertrip.core.timemodel import WORK_MODELS, prefix_round_time_estimates, site_comm_s
-from powertrip.v1 import aggregator_pb2, common_pb2, policy_pb2
+from powertrip.v1 import aggregator_pb2
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.checkpoint_store import restore_site_ids
 from services.aggregator.clock import simulated_time
+from services.aggregator.domain import Selection, SiteProfile
 from services.aggregator.records import (
     RoundRow,
     RunRecorder,
     WallTimes,
     round_sites,
 )
-from services.aggregator.run_result import LoopResult
-from services.aggregator.state import AggregatorState, RoundInProgress
+from services.aggregator.round import RoundInProgress
+from services.aggregator.run_result import LoopResult, RoundRecord
+from services.aggregator.state import AggregatorState
 from services.aggregator.tasks import round_tasks
 from services.aggregator.uploads import DeltaReceiver
 from services.aggregator.workmodel import (
@@ -168,7 +170,7 @@ def _run(work_model: str) -> RunConfig:
 
 def _profiles(powers, latencies, bandwidths):
     return {
-        f"site-{i:03d}": common_pb2.SiteProfile(
+        f"site-{i:03d}": SiteProfile(
             site_id=f"site-{i:03d}", power_fraction=p, latency_s=lat, bandwidth_bytes_per_s=bw
         )
         for i, (p, lat, bw) in enumerate(zip(powers, latencies, bandwidths, strict=True))
@@ -191,7 +193,7 @@ def test_power_split_estimate_matches_the_clock_for_exact_shares():
     tau_b, batch = DP_REFERENCE_SITES * run.tau_s, power_split_global_batch(run.batch_size)
     for k in range(1, len(powers) + 1):
         ids = list(profiles)[:k]
-        planned = simulated_time(run, policy_pb2.Selection(site_ids=ids), profiles)
+        planned = simulated_time(run, Selection(site_ids=tuple(ids)), profiles)
         charged = planned.round_s - run.aggregation_s  # the straggler's compute + comm
         assert planned.steps == dict.fromkeys(ids, run.local_steps)
         assert sum(planned.batches.values()) == batch
@@ -209,7 +211,7 @@ def test_power_split_estimate_matches_the_clock_for_exact_shares():
 def test_power_split_tasks_carry_batches_and_fedavg_follows_them():
     run = _run("power-split")
     profiles = _profiles([1.0, 0.5, 0.5], [0.01] * 3, [1e9] * 3)
-    selection = policy_pb2.Selection(site_ids=list(profiles))
+    selection = Selection(site_ids=tuple(profiles))
     planned = simulated_time(run, selection, profiles)
     assert planned.batches == {"site-000": 100, "site-001": 50, "site-002": 50}
     tasks = round_tasks(run, 1, selection, 0, planned.steps, planned.batches)
@@ -241,7 +243,7 @@ def test_other_work_models_keep_the_run_batch_and_data_size_weights():
     for model in ("local-steps", "data-parallel"):
         run = _run(model)
         profiles = _profiles([1.0, 0.5], [0.01] * 2, [1e9] * 2)
-        selection = policy_pb2.Selection(site_ids=list(profiles))
+        selection = Selection(site_ids=tuple(profiles))
         planned = simulated_time(run, selection, profiles)
         assert planned.batches is None
         tasks = round_tasks(run, 1, selection, 0, planned.steps, planned.batches)
@@ -325,7 +327,7 @@ def test_wall_rows_leave_the_prediction_empty_and_resume_keeps_the_column(tmp_pa
 
 
 def test_history_site_ids_survive_a_checkpoint_and_old_ones_come_from_rounds_csv(tmp_path):
-    record = common_pb2.RoundRecord(round=1, k=2, site_ids=["site-003", "site-001"])
+    record = RoundRecord(round=1, k=2, site_ids=("site-003", "site-001"))
     again = LoopResult.from_json(LoopResult(history=[record]).to_json())
     assert list(again.history[0].site_ids) == ["site-003", "site-001"]
 

@@ -153,28 +153,25 @@ def _status(path: Path) -> str:
 # ---- what the aggregator charges on each clock (services/aggregator/accounting.py) -------
 def test_the_simulated_clock_charges_the_time_models_round():
     from powertrip.core.timemodel import RoundTime, SiteTime
-    from powertrip.v1 import common_pb2, policy_pb2
     from services.aggregator.accounting import Accounting
     from services.aggregator.clock import ModelRound
+    from services.aggregator.domain import CENTRALIZED, Selection, SiteProfile
 
     run = RunConfig(update_size_gb=1.5, comm_directions=2, gpus_per_site=32)
     times = [SiteTime("site-000", 30.0, 10.0), SiteTime("site-001", 15.0, 35.0)]
     planned = ModelRound(51.0, RoundTime(51.0, 15.0, 35.0, 5.0, "site-001", 1.0), times, {})
     profiles = {
-        "site-000": common_pb2.SiteProfile(site_id="site-000", power_fraction=0.5,
-                                           gpus_available=32),
-        "site-001": common_pb2.SiteProfile(site_id="site-001", power_fraction=1.0),
+        "site-000": SiteProfile(site_id="site-000", power_fraction=0.5, gpus_available=32),
+        "site-001": SiteProfile(site_id="site-001", power_fraction=1.0),
     }  # fmt: skip
-    selection = policy_pb2.Selection(site_ids=["site-000", "site-001"])
+    selection = Selection(site_ids=("site-000", "site-001"))
     uses = Accounting(run).simulated_uses(selection, planned, profiles)
     # held until the straggler finished (51 s less 1 s of aggregation); 2 x 1.5 GB each
     assert uses == [
         F.SiteUse("site-000", 16.0, 30.0, 50.0, 3e9),
         F.SiteUse("site-001", 32.0, 15.0, 50.0, 3e9),  # no gpus_available: the run's 32
     ]
-    central = policy_pb2.Selection(
-        site_ids=["site-000"], mode=policy_pb2.SELECTION_MODE_CENTRALIZED, power_cap=0.25
-    )
+    central = Selection(site_ids=("site-000",), mode=CENTRALIZED, power_cap=0.25)
     solo = ModelRound(61.0, RoundTime(61.0, 60.0, 0.0, 0.0, "site-000", 1.0),
                       [SiteTime("site-000", 60.0, 0.0)], {})  # fmt: skip
     assert Accounting(run).simulated_uses(central, solo, profiles) == [
@@ -183,18 +180,18 @@ def test_the_simulated_clock_charges_the_time_models_round():
 
 
 def test_the_wall_clock_charges_what_was_measured():
-    from powertrip.v1 import common_pb2, policy_pb2
     from services.aggregator.accounting import Accounting
-    from services.aggregator.state import RoundInProgress
+    from services.aggregator.domain import Selection, SiteProfile
+    from services.aggregator.round import RoundInProgress
 
     progress = RoundInProgress(round=1, model_version=0, tasks={}, fedavg=None)
     progress.started_at = 100.0
     progress.finished_at = {"site-000": 110.0, "site-001": 130.0}
     progress.compute_wall_s = {"site-000": 6.0, "site-001": 20.0}
     progress.energy_j = {"site-001": 4_000.0}  # NVML on site-001's worker
-    profiles = {s: common_pb2.SiteProfile(site_id=s, power_fraction=0.5, gpus_available=4)
+    profiles = {s: SiteProfile(site_id=s, power_fraction=0.5, gpus_available=4)
                 for s in ("site-000", "site-001", "site-002")}  # fmt: skip
-    selection = policy_pb2.Selection(site_ids=["site-000", "site-001", "site-002"])
+    selection = Selection(site_ids=("site-000", "site-001", "site-002"))
     uses = Accounting(RunConfig(clock="wall")).measured_uses(selection, progress, profiles, 10)
     assert uses == [  # site-002 missed the deadline: nothing measured, not charged
         F.SiteUse("site-000", 2.0, 6.0, 30.0, 20.0),

@@ -19,6 +19,8 @@ from powertrip.rpc.sitecolumns import row_of
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.checkpoint_store import CheckpointError, CheckpointStore
 from services.aggregator.columns import site_rows
+from services.aggregator.control_client import ControlClient, profiles_of
+from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.records import WALL_HEADER, WallTimes
 from services.aggregator.run_result import LoopResult
 from services.aggregator.state import AggregatorState
@@ -104,14 +106,16 @@ def test_site_rows_finds_what_a_full_map_finds():
     ids = [f"site-{i:03d}" for i in range(50)]
     shuffled = list(np.random.default_rng(0).permutation(ids))
     for order in (ids, shuffled, ["other", *ids]):
-        columns = common_pb2.SiteColumns(site_id=order)
+        columns = profiles_of(common_pb2.SiteColumns(site_id=order))
         wanted = ["site-049", "site-000", "site-017", "site-999", "bogus"]
-        full = row_of(columns)
+        full = row_of(common_pb2.SiteColumns(site_id=order))
         assert site_rows(columns, wanted) == {s: full[s] for s in wanted if s in full}
 
 
 def test_dead_sites_are_marked_in_a_copy_and_only_when_there_are_any():
-    columns = common_pb2.SiteColumns(site_id=[f"site-{i:03d}" for i in range(5)], alive=[True] * 5)
+    columns = profiles_of(
+        common_pb2.SiteColumns(site_id=[f"site-{i:03d}" for i in range(5)], alive=[True] * 5)
+    )
     state = AggregatorState(list(columns.site_id))
     assert state.hide_dead(columns) is columns
     state.restore_dead(["site-003", "site-001"])
@@ -128,6 +132,27 @@ def _columns(power: float) -> common_pb2.SiteColumns:
     )  # fmt: skip
 
 
+def _client(run: RunConfig | None = None) -> ControlClient:
+    return ControlClient(run or RunConfig(workload="synthetic", num_sites=2),
+                         AggregatorMetrics(CollectorRegistry()))  # fmt: skip
+
+
+def _replies(selection, columns) -> tuple[bytes | None, bytes | None]:
+    """What a control client holding `selection` and `columns` hands a checkpoint."""
+    client = _client()
+    client.restore(
+        None if selection is None else selection.SerializeToString(), columns.SerializeToString()
+    )
+    return client.checkpoint_replies()
+
+
+def _resumed(resumed) -> ControlClient:
+    """A control client resumed from the checkpoint `resumed`."""
+    client = _client()
+    client.restore(resumed.last_selection, resumed.last_profiles, resumed.last_profiles_reply)
+    return client
+
+
 def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path):
     store = CheckpointStore(tmp_path, RunConfig(workload="synthetic", num_sites=2))
     weights = {"w": np.arange(4, dtype=np.float32)}
@@ -135,21 +160,22 @@ def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path
     selection.shadows.add(policy="all", k=2, site_ids=["site-000", "site-001"])
     ckpt = tmp_path / runfiles.CHECKPOINT_DIR
 
-    store.save(1, weights, 1, LoopResult(), set(), selection, _columns(0.25))
+    store.save(1, weights, 1, LoopResult(), set(), *_replies(selection, _columns(0.25)))
     (first,) = ckpt.glob("profiles-*.pb")
     written = first.stat().st_mtime_ns
-    store.save(2, weights, 2, LoopResult(), set(), selection, _columns(0.25))
+    store.save(2, weights, 2, LoopResult(), set(), *_replies(selection, _columns(0.25)))
     assert [p.name for p in ckpt.glob("profiles-*.pb")] == [first.name]
     assert first.stat().st_mtime_ns == written  # unchanged profiles: not written again
-    resumed = store.load(weights)
-    assert resumed.last_profiles == _columns(0.25)
+    resumed = _resumed(store.load(weights))
+    assert resumed._last_columns == _columns(0.25)
+    assert resumed.last_profiles.power_fraction.tolist() == [0.25, 0.5]
     assert list(resumed.last_selection.site_ids) == ["site-001"]
     assert not resumed.last_selection.shadows  # nothing reads them back
 
-    store.save(3, weights, 3, LoopResult(), set(), selection, _columns(0.75))
+    store.save(3, weights, 3, LoopResult(), set(), *_replies(selection, _columns(0.75)))
     (changed,) = ckpt.glob("profiles-*.pb")
     assert changed.name != first.name
-    assert store.load(weights).last_profiles == _columns(0.75)
+    assert _resumed(store.load(weights))._last_columns == _columns(0.75)
     changed.write_bytes(changed.read_bytes()[:-1])
     with pytest.raises(CheckpointError, match="SHA-256"):
         store.load(weights)
@@ -161,14 +187,14 @@ def test_a_checkpoint_with_inline_profiles_still_loads(tmp_path):
 
     store = CheckpointStore(tmp_path, RunConfig(workload="synthetic", num_sites=2))
     weights = {"w": np.arange(4, dtype=np.float32)}
-    store.save(1, weights, 1, LoopResult(), set(), None, _columns(0.5))
+    store.save(1, weights, 1, LoopResult(), set(), *_replies(None, _columns(0.5)))
     state_path = tmp_path / runfiles.CHECKPOINT_DIR / "state.json"
     state = json.loads(state_path.read_text())
     del state["last_profiles_file"], state["last_profiles_sha256"]
     reply = profiler_pb2.GetProfilesResponse(columns=_columns(0.5))
     state["last_profiles"] = base64.b64encode(reply.SerializeToString()).decode()
     state_path.write_text(json.dumps(state, indent=1))
-    assert store.load(weights).last_profiles == _columns(0.5)
+    assert _resumed(store.load(weights))._last_columns == _columns(0.5)
 
 
 def test_wall_csv_has_the_schemas_columns_and_the_overhead_sums_its_phases():
@@ -190,16 +216,12 @@ def _profiles_reply(num_sites: int) -> bytes:
 
 
 def test_the_profilers_table_bytes_go_into_the_request_as_the_same_message():
-    from prometheus_client import CollectorRegistry as Registry
-
-    from services.aggregator.control_client import ControlClient
-    from services.aggregator.metrics import AggregatorMetrics
-
     run = RunConfig(workload="synthetic", num_sites=300, policy="static")
-    client = ControlClient(run, AggregatorMetrics(Registry()))
+    client = _client(run)
     raw = _profiles_reply(300)
     client._parse_profiles(raw)
-    columns = client.last_profiles
+    columns = client._last_columns
+    assert columns == profiler_pb2.GetProfilesResponse.FromString(raw).columns
     request = policy_pb2.SelectSitesRequest(policy="static", round=2, seed=4, shadow=True)
     request.history.add(round=1, k=3, site_ids=["site-001", "site-007", "site-002"])
     expected = policy_pb2.SelectSitesRequest()
@@ -209,13 +231,14 @@ def test_the_profilers_table_bytes_go_into_the_request_as_the_same_message():
     def fresh() -> policy_pb2.SelectSitesRequest:
         return policy_pb2.SelectSitesRequest.FromString(request.SerializeToString())
 
-    spliced = client._request_bytes(fresh(), columns)
+    spliced = client._request_bytes(fresh(), client.last_profiles)
     assert policy_pb2.SelectSitesRequest.FromString(spliced) == expected
     # a table with dead sites marked is a copy: serialized the ordinary way
     marked = common_pb2.SiteColumns()
     marked.CopyFrom(columns)
     marked.alive[5] = False
-    plain = policy_pb2.SelectSitesRequest.FromString(client._request_bytes(fresh(), marked))
+    dead = client.last_profiles.with_dead([5])
+    plain = policy_pb2.SelectSitesRequest.FromString(client._request_bytes(fresh(), dead))
     assert plain.site_columns == marked and plain.history == expected.history
 
 

@@ -126,10 +126,10 @@ def test_the_new_settings_are_later_settings_with_the_old_behaviour():
 
 
 def test_accounting_counts_fractions_of_n_max_when_the_inventory_is_drawn():
-    from powertrip.v1 import common_pb2
     from services.aggregator.accounting import Accounting
+    from services.aggregator.domain import SiteProfile
 
-    profile = common_pb2.SiteProfile(site_id="site-000", power_fraction=0.25, gpus_available=8)
+    profile = SiteProfile(site_id="site-000", power_fraction=0.25, gpus_available=8)
     assert Accounting(RunConfig())._max_gpus(profile) == 8  # as before: the profile's
     drawn = RunConfig(gpus_available_min_fraction=0.25, gpus_available_max_fraction=0.5)
     assert Accounting(drawn)._max_gpus(profile) == 32  # N_max, not N_avail
