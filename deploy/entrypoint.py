@@ -3,8 +3,10 @@
 Builds the run configuration every service of a deployment shares from the environment
 (compose's `.env`): an optional YAML (POWERTRIP_RUN_CONFIG) overridden field by field by
 POWERTRIP_RUN_<FIELD> (e.g. POWERTRIP_RUN_WORKLOAD=synthetic, POWERTRIP_RUN_NUM_SITES=4,
-POWERTRIP_RUN_CLOCK=wall), validates it, writes it where `--config` / POWERTRIP_CONFIG
-point, then execs the service.  A bad setting exits 2 naming the variable.
+POWERTRIP_RUN_CLOCK=wall, POWERTRIP_RUN_POLICY_PARAMS='{k: 20}'), each value read as
+`--set` reads one and checked as the YAML file's (RunConfig.with_environment), validates
+it, writes it where `--config` / POWERTRIP_CONFIG point, then execs the service.  A bad
+setting exits 2 naming the variable (or the file).
 
 Restarts (compose's `restart: on-failure` after a crash or a kill):
 
@@ -13,9 +15,10 @@ Restarts (compose's `restart: on-failure` after a crash or a kill):
   not resumed: its directory is kept as `OUT.finished-STAMP` and a new run starts in `OUT`, so
   a fresh `docker compose up` after a finished run starts a new run.
 * A site worker runs as a child of this process, under a fixed `--worker-id` (HOSTNAME-1, so
-  a restarted container claims its own site again; POWERTRIP_WORKER_ID when set, as a site
-  bundle sets it; Docker Swarm tasks get HOSTNAME `site-worker-<slot>` from the stack file,
-  so a replacement task claims its slot's site).  When it exits because the aggregator
+  a restarted container claims its own site again; POWERTRIP_SITE_WORKER_WORKER_ID (old
+  name POWERTRIP_WORKER_ID) when set, as a site bundle sets it; Docker Swarm tasks get
+  HOSTNAME `site-worker-<slot>` from the stack file, so a replacement task claims its
+  slot's site).  When it exits because the aggregator
   went away (0, or 1 for an aggregator RPC error; not after 3 fast failures in a row), the
   run is asked for its state
   (`GetStatus`): while the aggregator is back and the run unfinished the worker rejoins;
@@ -33,38 +36,24 @@ import time
 from pathlib import Path
 
 from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.envnames import getenv
 
 CONFIG_OUT = "/tmp/powertrip-run.yaml"
 PREFIX = "POWERTRIP_RUN_"
+#: the site worker's --worker-id and --aggregator (powertrip/core/envnames.py)
+WORKER_ID_ENV = "POWERTRIP_SITE_WORKER_WORKER_ID"
+AGGREGATOR_ENV = "POWERTRIP_SITE_WORKER_AGGREGATOR"
 #: the run states after which a worker does not rejoin (RunStatus.state)
 FINISHED = ("done", "failed")
 
 
 def run_config(env: dict[str, str]) -> RunConfig:
-    base = env.get("POWERTRIP_RUN_CONFIG")
+    """The run configuration: POWERTRIP_RUN_CONFIG's YAML, then each POWERTRIP_RUN_<FIELD>,
+    read and checked as `--set` reads one (RunConfig.with_environment); a bad value's
+    message names the file or the variable."""
+    base = env.get(PREFIX + "CONFIG")
     config = RunConfig.from_yaml(base) if base else RunConfig()
-    fields = set(RunConfig.field_names())
-    unknown = sorted(
-        k
-        for k in env
-        if k.startswith(PREFIX)
-        and k != "POWERTRIP_RUN_CONFIG"
-        and k[len(PREFIX) :].lower() not in fields
-    )
-    if unknown:
-        raise ConfigError(
-            f"unknown setting(s) {', '.join(unknown)}; allowed: "
-            + ", ".join(PREFIX + f.upper() for f in sorted(fields))
-        )
-    overrides = {}
-    for name in fields:
-        value = env.get(PREFIX + name.upper(), "")
-        if value != "":
-            overrides[name] = value
-    try:
-        return config.with_overrides(**overrides).validate()
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (from the POWERTRIP_RUN_* environment)") from None
+    return config.with_environment(env, PREFIX).validate()
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -118,11 +107,12 @@ def run_state(address: str, timeout_s: float = 5.0) -> str | None:
 
 def supervise_worker(argv: list[str]) -> int:
     """Run the site worker; rejoin while the aggregator's run is unfinished (see above)."""
-    if _flag(argv, "--worker-id") is None and not os.environ.get("POWERTRIP_WORKER_ID"):
+    # (the worker itself warns about an old variable name: not twice)
+    if _flag(argv, "--worker-id") is None and not getenv(WORKER_ID_ENV, warn=False):
         argv = [*argv, f"--worker-id={os.environ.get('HOSTNAME') or os.uname().nodename}-1"]
     # the worker's own defaults: the flag, else the environment (a site bundle's env file)
     aggregator = (
-        _flag(argv, "--aggregator") or os.environ.get("POWERTRIP_AGGREGATOR") or "localhost:50051"
+        _flag(argv, "--aggregator") or getenv(AGGREGATOR_ENV, warn=False) or "localhost:50051"
     )
     timeout_s = float(os.environ.get("POWERTRIP_REJOIN_TIMEOUT_S", "600"))
     child: subprocess.Popen | None = None

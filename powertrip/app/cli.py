@@ -34,6 +34,7 @@ EXIT_CHILD = 3
 def load_config(args: argparse.Namespace) -> RunConfig:
     config = RunConfig.from_yaml(args.config) if args.config else RunConfig()
     overrides = {name: getattr(args, name, None) for name in _FLAG_FIELDS}
+    flags: dict[str, str] = {}  # a setting given by another flag than its own
     budget = getattr(args, "time_budget_h", None)
     if budget is not None:
         if budget < 0:
@@ -44,7 +45,10 @@ def load_config(args: argparse.Namespace) -> RunConfig:
                 f"--time-budget-h {budget:g} and --max-sim-hours {given:g} disagree; give one"
             )
         overrides["max_sim_hours"] = budget
-    config = config.with_overrides(**overrides)
+        flags["max_sim_hours"] = "--time-budget-h"
+    # YAML < flags < --param < --set, every value through the YAML file's checks, a bad one
+    # named by its source (the file, the flag, --set)
+    config = config.with_overrides(flags, **overrides)
     for item in getattr(args, "param", []) or []:
         name, sep, value = item.partition("=")
         if not sep:
@@ -54,7 +58,6 @@ def load_config(args: argparse.Namespace) -> RunConfig:
             config.policy_params[name.strip()] = policyparams.encode(name.strip(), value)
         except ValueError as exc:
             raise ConfigError(f"--param {exc}") from None
-    # --set last: YAML < flags < --set, each value through the YAML file's checks
     config = config.with_settings(getattr(args, "settings", None) or [])
     return config.validate()
 

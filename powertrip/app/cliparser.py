@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="--gpus all and POWERTRIP_DEVICE=cuda (--no-gpus: CPU, device auto)",
+        help="--gpus all and POWERTRIP_SITE_WORKER_DEVICE=cuda (--no-gpus: CPU, device auto)",
     )
     bundle.add_argument("--threads", type=int, default=8, help="torch threads on the VM")
     bundle.add_argument(

@@ -115,21 +115,21 @@ def _sign(spec: BundleSpec, cert: Path, key: Path) -> None:
 def env_lines(spec: BundleSpec) -> list[str]:
     """The worker's settings, as `docker run --env-file` reads them (no quotes, no spaces)."""
     env = {
-        "POWERTRIP_AGGREGATOR": spec.aggregator,
-        "POWERTRIP_PROFILER": spec.profiler,
+        "POWERTRIP_SITE_WORKER_AGGREGATOR": spec.aggregator,
+        "POWERTRIP_SITE_WORKER_PROFILER": spec.profiler,
         # claim through the profiler, the deployment's one claim book: a free site, or the
         # named one (which must exist in the run)
-        "POWERTRIP_CLAIM_SITE": "1",
-        "POWERTRIP_SITE_IDS": spec.site,
+        "POWERTRIP_SITE_WORKER_CLAIM_SITE": "1",
+        "POWERTRIP_SITE_WORKER_SITES": spec.site,
         # a stable id: a restarted container gets its own site back
-        "POWERTRIP_WORKER_ID": spec.worker,
+        "POWERTRIP_SITE_WORKER_WORKER_ID": spec.worker,
         # rejoin when the aggregator restarts and resumes (deploy/entrypoint.py)
         "POWERTRIP_WORKER_REJOIN": "1",
         "POWERTRIP_JOIN_TOKEN_FILE": f"{MOUNT}/join-token",
         "POWERTRIP_TLS_CERT": f"{MOUNT}/tls.crt",
         "POWERTRIP_TLS_KEY": f"{MOUNT}/tls.key",
         "POWERTRIP_TLS_CA": f"{MOUNT}/ca.crt",
-        "POWERTRIP_DEVICE": "cuda" if spec.gpus else "auto",
+        "POWERTRIP_SITE_WORKER_DEVICE": "cuda" if spec.gpus else "auto",
         **dict(spec.extra_env),
     }
     for key, value in env.items():

@@ -43,6 +43,9 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "link_model": LINK_MODELS,
 }
 
+#: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
+FLAGS: dict[str, str] = {"num_sites": "--sites"}
+
 
 #: Execution settings: how a run is carried out (processes, threads, where the data is read,
 #: how long a round may take in wall time, whether checkpoints are written), never what it
@@ -189,8 +192,8 @@ class RunConfig:
 
     def with_values(self, data: Any, source: str = "config") -> RunConfig:
         """A copy with `data`'s settings, each checked and coerced as a YAML file's are (the
-        one path every source takes: YAML, flags, --set); unknown keys name the allowed
-        ones."""
+        one path every source takes: YAML, flags, --set, POWERTRIP_RUN_* variables), a bad
+        one named by `source`; unknown keys name the allowed ones."""
         if not isinstance(data, dict):
             raise ConfigError(
                 f"{source}: expected a mapping of settings, got {type(data).__name__}"
@@ -202,14 +205,49 @@ class RunConfig:
                 f"{', '.join(self.field_names())}"
             )
         config = dataclasses.replace(self, policy_params=dict(self.policy_params))
+        sources = dict(self.sources())
         for key, value in data.items():
             setattr(config, key, _coerce(key, value, source))
+            sources[key] = source
+        config._sources = sources
         return config
 
-    def with_overrides(self, **overrides: Any) -> RunConfig:
-        """A copy with the given settings; None leaves a setting as it is (an absent flag)."""
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return self.with_values(given, "command line")
+    def sources(self) -> dict[str, str]:
+        """Where each setting read so far came from (a file, a flag, `--set ...`, an
+        environment variable): what validate() names beside a bad value."""
+        return getattr(self, "_sources", {})
+
+    def with_overrides(self, flags: dict[str, str] | None = None, **overrides: Any) -> RunConfig:
+        """A copy with the given settings from command-line flags; None leaves a setting as
+        it is (an absent flag). A bad value's message names its flag: `--KEY` with `-` for
+        `_` (`--sites` for num_sites), or the one `flags` gives for the key."""
+        config = self
+        for key, value in overrides.items():
+            if value is not None:
+                flag = (flags or {}).get(key) or FLAGS.get(key) or "--" + key.replace("_", "-")
+                config = config.with_values({key: value}, flag)
+        return config
+
+    def with_environment(self, env: dict[str, str], prefix: str = "POWERTRIP_RUN_") -> RunConfig:
+        """A copy with `PREFIX<FIELD>` variables (upper case) applied, each value read as
+        `--set` reads one (YAML: `{k: 20}`, `null`, `true`), checked as the YAML file's, and
+        named by its variable when bad; empty variables are skipped. Any other `PREFIX...`
+        variable is an error that lists the allowed names."""
+        fields_ = self.field_names()
+        allowed = {prefix + name.upper(): name for name in fields_}
+        unknown = sorted(
+            k for k in env if k.startswith(prefix) and k not in allowed and k != prefix + "CONFIG"
+        )
+        if unknown:
+            raise ConfigError(
+                f"unknown setting(s) {', '.join(unknown)}; allowed: " + ", ".join(sorted(allowed))
+            )
+        config = self
+        for var, name in allowed.items():
+            text = env.get(var, "")
+            if text != "":
+                config = config.with_values({name: parse_value(name, text)}, var)
+        return config
 
     def with_settings(self, items: Iterable[str]) -> RunConfig:
         """A copy with `--set KEY=VALUE` items applied in order (see parse_setting)."""
@@ -226,14 +264,27 @@ class RunConfig:
 
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> RunConfig:
-        def need(ok: bool, name: str, message: str) -> None:
+        """Check the settings together; a message names the setting and, where it was read
+        from a file, a flag, `--set` or a variable, that source (with_values)."""
+        sources = self.sources()
+
+        def named(message: str, *keys: str) -> str:
+            given = dict.fromkeys(sources[k] for k in keys if k in sources)
+            return f"{', '.join(given)}: {message}" if given else message
+
+        def need(ok: bool, name: str, message: str, *also: str) -> None:
             if not ok:
-                raise ConfigError(f"{name}: {message}")
+                key = name.split(" ")[0].split(".")[0]
+                if key in sources:  # "num_sites (--sites)": the source is named instead
+                    name = name.split(" (")[0]
+                raise ConfigError(named(f"{name}: {message}", key, *also))
 
         for name, allowed in FIELD_CHOICES.items():  # the same words as the coercion path's
             value = getattr(self, name)
             if value not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+                raise ConfigError(
+                    named(f"{name} must be one of {', '.join(allowed)}, got {value!r}", name)
+                )
         need(self.num_sites >= 1, "num_sites (--sites)", f"must be >= 1, got {self.num_sites}")
         need(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
         need(self.max_sim_hours >= 0, "max_sim_hours", f"must be >= 0, got {self.max_sim_hours}")
@@ -261,6 +312,7 @@ class RunConfig:
             "(tau_s=null) or use tau_source fixed"
             if self.tau_s is not None
             else "",
+            "tau_source",
         )
         for name in ("batch_size", "local_steps", "eval_samples"):
             value = getattr(self, name)
@@ -270,6 +322,7 @@ class RunConfig:
             0 <= self.min_distance_miles <= self.max_distance_miles,
             "min_distance_miles",
             "must satisfy 0 <= min_distance_miles <= max_distance_miles",
+            "max_distance_miles",
         )
         need(
             self.distance_distribution != "calibrated"
@@ -280,6 +333,8 @@ class RunConfig:
             f"{CALIBRATION_RADIUS_MILES:g} < max_distance_miles (got "
             f"{self.min_distance_miles:g}, {self.max_distance_miles:g}); widen the range or "
             "use 'uniform'",
+            "min_distance_miles",
+            "max_distance_miles",
         )
         need(
             0 < self.min_power <= 1,
@@ -291,6 +346,7 @@ class RunConfig:
             "max_power",
             f"must satisfy 0 < min_power <= max_power <= 1, got min_power={self.min_power}, "
             f"max_power={self.max_power}",
+            "min_power",
         )
         need(
             self.reference_bandwidth_gbps > 0,
@@ -303,6 +359,7 @@ class RunConfig:
             "gpus_available_min_fraction",
             "must satisfy 0 < gpus_available_min_fraction <= gpus_available_max_fraction <= 1, "
             f"got {self.gpus_available_min_fraction}, {self.gpus_available_max_fraction}",
+            "gpus_available_max_fraction",
         )
         need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
@@ -318,7 +375,8 @@ class RunConfig:
         try:
             footprint.spec_of(self)  # its carbon trace read: a bad file is named now
         except footprint.FootprintError as exc:
-            raise ConfigError(str(exc)) from None
+            message = str(exc)  # "carbon_trace: ...", "gpu_power_w must ..."
+            raise ConfigError(named(message, message.split(":")[0].split(" ")[0])) from None
         return self
 
     def resolved(self, defaults: Any) -> RunConfig:
@@ -445,10 +503,16 @@ def parse_setting(item: str) -> tuple[str, Any]:
         raise ConfigError(
             f"--set {item}: unknown key {key}; allowed keys: {', '.join(RunConfig.field_names())}"
         )
+    return key, parse_value(key, text)
+
+
+def parse_value(key: str, text: str) -> Any:
+    """One setting's value given as text (`--set KEY=TEXT`, `POWERTRIP_RUN_KEY=TEXT`), read
+    as YAML reads it, except that a text setting keeps the text as given; empty is None."""
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
         value = text
     if value is not None and _TYPES[key].replace(" | None", "") == "str":
         value = text.strip()
-    return key, value
+    return value

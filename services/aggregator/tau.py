@@ -1,7 +1,8 @@
 """tau_source "measured": the run's tau_s measured once, before round 1 (core/steptime.py).
 
 The aggregator measures on this host with the device a site worker picks by default
-(`POWERTRIP_DEVICE`, else CUDA when visible, else the CPU) and the workers' torch threads
+(`POWERTRIP_SITE_WORKER_DEVICE`, formerly `POWERTRIP_DEVICE`, else CUDA when visible, else
+the CPU) and the workers' torch threads
 (`threads_per_worker`), with the loop trainer's settings (channels_last, fused_sgd): in the
 embedded deployment that is the machine and device the sites train on. The value then
 stands in the run's tau_s, so the clock charges it, the policies estimate with it and
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +22,7 @@ import yaml
 
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
+from powertrip.core.envnames import getenv
 from powertrip.core.steptime import TIMED_STEPS, WARMUP_STEPS, measured_tau_s, time_steps
 from powertrip.core.training import resolve_device
 from powertrip.core.workloads import get_workload
@@ -46,7 +47,7 @@ def run_with_tau(
         if recorded is not None:
             log.info("tau_s %.4g s: measured when the run started (config.yaml)", recorded)
             return dataclasses.replace(run, tau_s=recorded)
-    device = device or resolve_device(os.environ.get("POWERTRIP_DEVICE", "auto"))
+    device = device or resolve_device(getenv("POWERTRIP_SITE_WORKER_DEVICE", "auto") or "auto")
     steps = measure_step_times(run, device, timer)
     tau = measured_tau_s(steps, run.local_steps or 1)
     log.info(

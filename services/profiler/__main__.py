@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.envnames import getenv
 from powertrip.core.power import TraceError
 from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
@@ -46,21 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-scale",
         type=float,
-        default=float(os.environ.get("POWERTRIP_LINK_LATENCY_SCALE", 1.0)),
-        help="emulated latency = profile x this (env POWERTRIP_LINK_LATENCY_SCALE)",
+        default=float(getenv("POWERTRIP_PROFILER_LINK_LATENCY_SCALE", 1.0)),
+        help="emulated latency = profile x this (env POWERTRIP_PROFILER_LINK_LATENCY_SCALE)",
     )
     parser.add_argument(
         "--bandwidth-scale",
         type=float,
-        default=float(os.environ.get("POWERTRIP_LINK_BANDWIDTH_SCALE", 1.0)),
-        help="emulated bandwidth = profile x this (env POWERTRIP_LINK_BANDWIDTH_SCALE)",
+        default=float(getenv("POWERTRIP_PROFILER_LINK_BANDWIDTH_SCALE", 1.0)),
+        help="emulated bandwidth = profile x this (env POWERTRIP_PROFILER_LINK_BANDWIDTH_SCALE)",
     )
     parser.add_argument(
         "--probe-interval-s",
         type=float,
-        default=float(os.environ.get("POWERTRIP_PROBE_INTERVAL_S", 0)),
+        default=float(getenv("POWERTRIP_PROFILER_PROBE_INTERVAL_S", 0)),
         help="re-probe each measured site's link this often; 0 = only when a worker asks "
-        "(env POWERTRIP_PROBE_INTERVAL_S)",
+        "(env POWERTRIP_PROFILER_PROBE_INTERVAL_S)",
     )
     args = parser.parse_args(argv)
     setup_process(args.log_level, SPEC.name, args.log_format)

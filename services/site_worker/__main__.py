@@ -8,11 +8,14 @@ import os
 import socket
 import sys
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
 from powertrip.core.batched import TRAINERS
 from powertrip.core.config import ConfigError
+from powertrip.core.envnames import flag_on, getenv
 from powertrip.core.training import DEVICES, resolve_device
 from powertrip.core.workloads import DataError, UnknownWorkload
 from powertrip.rpc.auth import AuthConfigError, add_join_token_flags, resolve_join_token
@@ -35,6 +38,8 @@ from services.site_worker.worker import SiteWorker
 
 SPEC = ServiceSpec("site_worker", 50060, "PowerTrip site worker: trains virtual sites")
 log = logging.getLogger("site_worker")
+#: the prefix of the worker's own variables (powertrip/core/envnames.py)
+ENV = "POWERTRIP_SITE_WORKER_"
 #: after a stop, how long the work thread may take to finish the site it is training; past
 #: it the process exits without it (the aggregator counts the site as failed, as on a crash)
 STOP_WAIT_S = 2.0
@@ -44,18 +49,20 @@ def parse_sites(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The shared service flags and the site worker's own; each of its own options defaults
+    to POWERTRIP_SITE_WORKER_<OPTION> (an old name still works: powertrip/core/envnames.py)."""
     parser = base_parser(SPEC)
     parser.add_argument(
         "--aggregator",
-        default=os.environ.get("POWERTRIP_AGGREGATOR", "localhost:50051"),
-        help="aggregator host:port to dial out to (env POWERTRIP_AGGREGATOR)",
+        default=getenv(f"{ENV}AGGREGATOR", "localhost:50051"),
+        help=f"aggregator host:port to dial out to (env {ENV}AGGREGATOR)",
     )
     parser.add_argument(
         "--sites",
         # not POWERTRIP_SITES: that is the deployment's total site count (deploy/.env)
-        default=os.environ.get("POWERTRIP_SITE_IDS"),
-        help="comma-separated site ids to host (env POWERTRIP_SITE_IDS); with --shape-link or "
+        default=getenv(f"{ENV}SITES"),
+        help=f"comma-separated site ids to host (env {ENV}SITES); with --shape-link or "
         "--claim-site at most one, which must exist in the run (default: a free one)",
     )
     parser.add_argument(
@@ -66,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--worker-id",
-        default=os.environ.get("POWERTRIP_WORKER_ID"),
-        help="stable worker name (default: hostname-pid)",
+        default=getenv(f"{ENV}WORKER_ID"),
+        help=f"stable worker name (env {ENV}WORKER_ID; default: hostname-pid)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument(
@@ -106,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device",
         choices=DEVICES,
-        default=os.environ.get("POWERTRIP_DEVICE", "auto"),
+        default=getenv(f"{ENV}DEVICE", "auto"),
         help="where sites train: auto = CUDA when torch has it and a GPU is visible, else "
-        "CPU (env POWERTRIP_DEVICE)",
+        f"CPU (env {ENV}DEVICE)",
     )
     parser.add_argument(
         "--site-tokens",
@@ -119,34 +126,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shape-link",
         action="store_true",
-        default=os.environ.get("POWERTRIP_SHAPE_LINK", "") not in ("", "0", "false"),
+        default=flag_on(f"{ENV}SHAPE_LINK"),
         help="claim a site from the profiler and shape this host's link to its profile "
-        "with tc/ before registering; needs NET_ADMIN (env POWERTRIP_SHAPE_LINK=1)",
+        f"with tc/ before registering; needs NET_ADMIN (env {ENV}SHAPE_LINK=1)",
     )
     parser.add_argument(
         "--claim-site",
         action="store_true",
-        default=os.environ.get("POWERTRIP_CLAIM_SITE", "") not in ("", "0", "false"),
+        default=flag_on(f"{ENV}CLAIM_SITE"),
         help="claim the site (--sites, else a free one) from --profiler before registering, "
-        "without shaping: a remote worker on a real link (env POWERTRIP_CLAIM_SITE=1)",
+        f"without shaping: a remote worker on a real link (env {ENV}CLAIM_SITE=1)",
     )
     parser.add_argument(
         "--profiler",
-        default=os.environ.get("POWERTRIP_PROFILER", "localhost:50052"),
-        help="profiler host:port, for --shape-link (env POWERTRIP_PROFILER)",
+        default=getenv(f"{ENV}PROFILER", "localhost:50052"),
+        help=f"profiler host:port, for --shape-link (env {ENV}PROFILER)",
     )
     parser.add_argument(
         "--link-iface",
-        default=os.environ.get("POWERTRIP_LINK_IFACE") or None,
-        help="interface to shape (default: the default route's)",
+        default=getenv(f"{ENV}LINK_IFACE") or None,
+        help=f"interface to shape (env {ENV}LINK_IFACE; default: the default route's)",
     )
     parser.add_argument(
         "--report-power",
         action="store_true",
-        default=os.environ.get("POWERTRIP_REPORT_POWER", "") not in ("", "0", "false"),
+        default=flag_on(f"{ENV}REPORT_POWER"),
         help="report GPU power from NVML to --profiler as the site's telemetry (one site; "
-        "always on with --shape-link; env POWERTRIP_REPORT_POWER=1)",
+        f"always on with --shape-link; env {ENV}REPORT_POWER=1)",
     )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, with the checks argparse cannot make (exit 2 with usage)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.site_batch < 1:
         parser.error(f"--site-batch must be >= 1, got {args.site_batch}")
@@ -154,19 +167,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--train-threads must be >= 0 (0 = one per CPU core), got {args.train_threads}"
         )
+    return args
+
+
+class StartError(Exception):
+    """The worker cannot start as configured: main prints `site_worker: MESSAGE`, exits 2."""
+
+
+@dataclass
+class Prepared:
+    """What `run` serves: the worker's configuration, and what `configure` set up for it
+    (the shaped link and the power reporter, stopped when the worker stops)."""
+
+    config: WorkerConfig
+    link: Any = None
+    reporter: Any = None
+
+
+def configure(args: argparse.Namespace) -> Prepared:
+    """The WorkerConfig from the flags: device, tokens, TLS credentials (a bad --tls-* exits
+    2), and, with --claim-site / --shape-link, the claimed site and its shaped link.
+    StartError says why it cannot start."""
     train_threads = args.train_threads or os.cpu_count() or 1
-    setup_process(args.log_level, SPEC.name, args.log_format)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
-        print(f"site_worker: --{exc}", file=sys.stderr)
-        return 2
+        raise StartError(f"--{exc}") from None
     try:
         join_token = resolve_join_token(args.join_token, args.join_token_file).value
         tokens = load_site_tokens(args.site_tokens) if args.site_tokens else {}
     except (AuthConfigError, ConfigError) as exc:
-        print(f"site_worker: {exc}", file=sys.stderr)
-        return 2
+        raise StartError(str(exc)) from None
     # one set of mutual TLS credentials for every service it dials (a bad --tls-* exits 2)
     credentials = channel_credentials(args)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -175,16 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         sites = parse_sites(args.sites)
         if len(sites) > 1:
             flag = "--shape-link shapes" if args.shape_link else "--claim-site claims"
-            print(f"site_worker: {flag} one site: give at most one --sites", file=sys.stderr)
-            return 2
+            raise StartError(f"{flag} one site: give at most one --sites")
     if args.claim_site and not args.shape_link:
         try:
             args.sites = claim_site(
                 args.profiler, worker_id, sites[0] if sites else "", credentials=credentials
             )
         except LinkError as exc:
-            print(f"site_worker: claim: {exc}", file=sys.stderr)
-            return 2
+            raise StartError(f"claim: {exc}") from None
     if args.shape_link:
         try:
             link = setup_link(
@@ -196,19 +225,16 @@ def main(argv: list[str] | None = None) -> int:
                 credentials=credentials,
             )
         except LinkError as exc:
-            print(f"site_worker: link: {exc}", file=sys.stderr)
-            return 2
+            raise StartError(f"link: {exc}") from None
         args.aggregator, args.sites = link.aggregator, link.site_id
     sites = parse_sites(args.sites)
     missing = [s for s in sites if tokens and s not in tokens]
     if missing:
-        print(f"site_worker: --site-tokens has no token for {', '.join(missing)}", file=sys.stderr)
-        return 2
+        raise StartError(f"--site-tokens has no token for {', '.join(missing)}")
     reporter = None
     if args.shape_link or args.report_power:
         if len(sites) != 1:
-            print("site_worker: --report-power needs exactly one --sites", file=sys.stderr)
-            return 2
+            raise StartError("--report-power needs exactly one --sites")
         reporter = start_power_reporting(args.profiler, sites[0], worker_id, credentials)
     config = WorkerConfig(
         aggregator=args.aggregator,
@@ -228,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         device=device,
         power_meter=reporter.reader if reporter is not None else None,
     )
+    return Prepared(config, link, reporter)
+
+
+def run(args: argparse.Namespace, prepared: Prepared) -> int:
+    """Serve the worker until its run ends or a signal stops it; the exit code: 0 done, 1
+    the worker failed (an aggregator RPC error included), 2 a data or workload error."""
+    config, link, reporter = prepared.config, prepared.link, prepared.reporter
     worker = SiteWorker(config)
     stop = threading.Event()
     outcome: dict = {"code": 0, "error": ""}
@@ -298,6 +331,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_process(args.log_level, SPEC.name, args.log_format)
+    try:
+        prepared = configure(args)
+    except StartError as exc:
+        print(f"site_worker: {exc}", file=sys.stderr)
+        return 2
+    return run(args, prepared)
 
 
 if __name__ == "__main__":

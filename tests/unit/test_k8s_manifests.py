@@ -189,11 +189,12 @@ def test_net_admin_only_on_shaping_site_workers(rendered, variant):
         pod_ctx = _pod_spec(w)["securityContext"]
         if shaping and c["name"] == "site-worker":
             assert caps.get("add") == ["NET_ADMIN"]
-            assert env["POWERTRIP_SHAPE_LINK"] == "1"
+            assert env["POWERTRIP_SITE_WORKER_SHAPE_LINK"] == "1"
             assert ctx["runAsUser"] == 0  # tc needs the capability effective
         else:
             assert not caps.get("add"), f"{variant}: {c['name']} adds {caps.get('add')}"
-            assert env.get("POWERTRIP_SHAPE_LINK") in (None, "0"), c["name"]
+            assert env.get("POWERTRIP_SITE_WORKER_SHAPE_LINK") in (None, "0"), c["name"]
+            assert "POWERTRIP_SHAPE_LINK" not in env, c["name"]  # the old name
             assert "--shape-link" not in c["args"], c["name"]
             assert pod_ctx["runAsNonRoot"] is True and pod_ctx["runAsUser"] != 0, c["name"]
             assert "runAsUser" not in ctx and ctx.get("runAsNonRoot") is not False, c["name"]

@@ -17,6 +17,7 @@ import pytest
 
 from powertrip.app.cli import main
 from powertrip.app.sitebundle import MOUNT, BundleError, BundleSpec, docker_run, make_bundle
+from powertrip.core.envnames import RENAMED
 from tests.unit.test_deploy_files import DEPLOY
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
@@ -76,11 +77,13 @@ def test_env_file_points_the_worker_at_the_bundle(secrets, tmp_path):
     out = tmp_path / "b"
     make_bundle(_spec(secrets, out, site="site-003", gpus=False, extra_env=(("X_Y", "1"),)))
     env = dict(line.split("=", 1) for line in (out / "site.env").read_text().splitlines())
-    assert env["POWERTRIP_AGGREGATOR"] == "agg.example.org:50051"
-    assert env["POWERTRIP_PROFILER"] == "agg.example.org:50052"
-    assert env["POWERTRIP_CLAIM_SITE"] == "1" and env["POWERTRIP_SITE_IDS"] == "site-003"
-    assert env["POWERTRIP_WORKER_ID"] == "site-003-remote"
-    assert env["POWERTRIP_WORKER_REJOIN"] == "1" and env["POWERTRIP_DEVICE"] == "auto"
+    assert env["POWERTRIP_SITE_WORKER_AGGREGATOR"] == "agg.example.org:50051"
+    assert env["POWERTRIP_SITE_WORKER_PROFILER"] == "agg.example.org:50052"
+    assert env["POWERTRIP_SITE_WORKER_CLAIM_SITE"] == "1"
+    assert env["POWERTRIP_SITE_WORKER_SITES"] == "site-003"
+    assert env["POWERTRIP_SITE_WORKER_WORKER_ID"] == "site-003-remote"
+    assert env["POWERTRIP_WORKER_REJOIN"] == "1" and env["POWERTRIP_SITE_WORKER_DEVICE"] == "auto"
+    assert not set(env) & set(RENAMED)  # no deprecated name
     assert env["X_Y"] == "1"
     for key in ("POWERTRIP_TLS_CERT", "POWERTRIP_TLS_KEY", "POWERTRIP_TLS_CA",
                 "POWERTRIP_JOIN_TOKEN_FILE"):  # fmt: skip
@@ -136,7 +139,7 @@ def test_cli_writes_a_bundle_and_exits_2_on_a_bad_one(secrets, tmp_path, capsys)
     argv = ["site-bundle", "--secrets", str(secrets), "--out", str(out), "--no-gpus",
             "--aggregator", "10.0.0.5:50051", "--profiler", "10.0.0.5:50052"]  # fmt: skip
     assert main(argv) == 0
-    assert "POWERTRIP_SITE_IDS=\n" in (out / "site.env").read_text()  # a free site
+    assert "POWERTRIP_SITE_WORKER_SITES=\n" in (out / "site.env").read_text()  # a free site
     assert "--gpus" not in (out / "docker-run.sh").read_text()
     assert main(argv) == 2  # the directory is not empty now
     assert "not empty" in capsys.readouterr().err
