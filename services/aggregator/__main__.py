@@ -39,10 +39,10 @@ from powertrip.rpc.service import (
 )
 from powertrip.rpc.sitetokens import load_site_tokens
 from services.aggregator.checkpoint_store import CheckpointError
-from services.aggregator.config import AggregatorConfig, all_site_ids, run_spec
+from services.aggregator.config import AggregatorConfig, all_site_ids
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.round_loop import RoundLoop
-from services.aggregator.servicer import SERVICE, SERVICE_NAME, AggregatorServicer
+from services.aggregator.servicer import SERVICE, SERVICE_NAME, AggregatorServicer, run_spec
 from services.aggregator.state import AggregatorState
 from services.aggregator.tau import run_with_tau
 

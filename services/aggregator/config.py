@@ -1,5 +1,6 @@
 """Aggregator configuration: the resolved run plus where the other services are, and
-what follows from it (the spec workers get, the run's site ids)."""
+what follows from it (the run's site ids). The spec workers get is the servicer's
+(`servicer.run_spec`): the wire form stays at the edge."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 
 from powertrip.core.config import RunConfig
 from powertrip.core.profiles import site_id as make_site_id
-from powertrip.v1 import aggregator_pb2
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,6 @@ class AggregatorConfig:
     resume: bool = False  # continue from out_dir/checkpoint
     credentials: object = None  # grpc.ChannelCredentials for profiler/policy (mutual TLS)
     audit_dir: Path | None = None  # keep every accepted delta here (audit.py), or not
-
-
-def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
-    """What every worker is told about the run when it registers."""
-    run = config.run
-    return aggregator_pb2.RunSpec(
-        run_id=config.out_dir.name,
-        workload=run.workload,
-        num_sites=run.num_sites,
-        seed=run.seed,
-        data_dir=run.data_dir or "",
-    )
 
 
 def all_site_ids(num_sites: int) -> list[str]:

@@ -12,6 +12,7 @@ import logging
 import grpc
 
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
+from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import round_record_message
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.state import AggregatorState, RegistrationError, RunStatus, tokens_match
@@ -22,6 +23,18 @@ SERVICE = aggregator_pb2.DESCRIPTOR.services_by_name["Aggregator"]
 SERVICE_NAME = SERVICE.full_name
 MAX_LONG_POLL_S = 30.0
 log = logging.getLogger("aggregator")
+
+
+def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
+    """What every worker is told about the run when it registers."""
+    run = config.run
+    return aggregator_pb2.RunSpec(
+        run_id=config.out_dir.name,
+        workload=run.workload,
+        num_sites=run.num_sites,
+        seed=run.seed,
+        data_dir=run.data_dir or "",
+    )
 
 
 class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
