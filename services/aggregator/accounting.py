@@ -25,7 +25,7 @@ from powertrip.core.footprint import (
     round_footprint,
     spec_of,
 )
-from services.aggregator.clock import ModelRound
+from services.aggregator.clock import ModelRound, clock_of
 from services.aggregator.domain import Selection, SiteProfile
 from services.aggregator.round import RoundInProgress
 
@@ -36,6 +36,7 @@ class Accounting:
     def __init__(self, run: RunConfig):
         self.run = run
         self.spec: FootprintSpec = spec_of(run)
+        self.clock = clock_of(run)
 
     def _max_gpus(self, profile: SiteProfile | None) -> int:
         """N_max, the GPUs a power fraction is a fraction of. A profile's gpus_available is
@@ -120,7 +121,7 @@ class Accounting:
     ) -> RoundFootprint:
         """The round's footprint on the run's clock; `start_s` is when it started (the
         carbon trace's time)."""
-        if self.run.clock == "wall":
+        if self.clock.measured:
             uses = self.measured_uses(selection, progress, profiles_by_id, model_bytes)
         else:
             uses = self.simulated_uses(selection, planned, profiles_by_id)

@@ -1,21 +1,28 @@
-"""The run's two clocks' reading of a round.
+"""The run's two clocks, and each one's reading of a round.
 
 Simulated: how long the time model says a selected round takes (paper §2-3). The work
 model decides each site's steps and compute (workmodel.py); communication is Eq. 3 per
 direction from `powertrip.core.timemodel.site_comm_s`, the same function the policy's site
 table estimates with, so the two can only differ in the links they see.
 Wall: what the round measurably took, from the timestamps its uploads left.
+
+`clock_of(run)` picks the run's clock once; `SimulatedClock` and `WallClock` own all that
+differs between the two (planning is the same: both record the time model's round): the
+time-budget check before a round, the round's measure, its footprint's source, and the
+fields each clock writes to rounds.csv, decisions.jsonl and summary.json. Nothing else in
+the aggregator asks which clock the run is on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from powertrip.core.config import RunConfig
 from powertrip.core.timemodel import RoundTime, SiteTime, round_time, site_comm_s
 from services.aggregator.domain import Selection, SiteProfile
 from services.aggregator.round import RoundInProgress
+from services.aggregator.stopping import stop_before_round
 from services.aggregator.workmodel import measured_breakdown, split_work
 
 
@@ -90,3 +97,133 @@ def measured_time(
         aggregation_s=aggregation_s,
         round_time_s=round_s,
     )
+
+
+class MeasuredRound(NamedTuple):
+    """A trained round on the run's clock."""
+
+    round_s: float  # the round's length on the run's clock
+    timing: RoundTime  # the model's breakdown, or the measured one on the wall clock
+    predicted_s: float | None  # the policy's prediction; None on the wall clock
+    #: each delivering site's own duration on the run's clock (compute + communication)
+    site_durations: dict[str, float]
+
+
+class Clock:
+    """What a run's clock decides; `clock_of` picks the subclass for the run."""
+
+    #: the run's `clock` setting, as rounds.csv's `clock` column and summary.json write it
+    name: ClassVar[str]
+    #: whether a round's footprint is what was measured (else what the time model says)
+    measured: ClassVar[bool]
+    #: summary.json's clock_note
+    note: ClassVar[str]
+
+    def __init__(self, run: RunConfig):
+        self.run = run
+
+    def plan(self, selection: Selection, profiles_by_id: Mapping[str, SiteProfile]) -> ModelRound:
+        """The time model's round for `selection` (on either clock: the wall clock records
+        it beside what it measures)."""
+        return simulated_time(self.run, selection, profiles_by_id)
+
+    def stop_before(self, sim_time_s: float, planned: ModelRound) -> str | None:
+        """Why the run stops before training the planned round, or None."""
+        return None
+
+    def measure(
+        self,
+        planned: ModelRound,
+        selection: Selection,
+        progress: RoundInProgress,
+        collected_at: float,
+        aggregation_s: float,
+        wall_round_s: float,
+    ) -> MeasuredRound:
+        """The trained round on this clock. `collected_at` is the time.monotonic() at which
+        the round stopped collecting, `aggregation_s` the wall seconds of FedAvg and
+        `wall_round_s` the round's real length."""
+        raise NotImplementedError
+
+    def row_fields(self, model_round_s: float) -> dict[str, object]:
+        """The round's rounds.csv cells that depend on the clock."""
+        return {"clock": self.name, "model_round_time_s": None}
+
+    def decision_fields(self, model_round_s: float) -> dict[str, object]:
+        """The round's decisions.jsonl keys that depend on the clock."""
+        return {}
+
+
+class SimulatedClock(Clock):
+    """Real training and accuracy, time from the model."""
+
+    name = "simulated"
+    measured = False
+    note = "simulated clock: real training and accuracy, time from the model"
+
+    def stop_before(self, sim_time_s: float, planned: ModelRound) -> str | None:
+        """A round's length is known before it runs: do not train one that would end after
+        the time budget."""
+        return stop_before_round(sim_time_s, planned.round_s, self.run.max_sim_hours)
+
+    def measure(
+        self,
+        planned: ModelRound,
+        selection: Selection,
+        progress: RoundInProgress,
+        collected_at: float,
+        aggregation_s: float,
+        wall_round_s: float,
+    ) -> MeasuredRound:
+        return MeasuredRound(
+            planned.round_s,
+            planned.timing,
+            selection.predicted_round_time_s,
+            {t.site_id: t.total_s for t in planned.times},
+        )
+
+
+class WallClock(Clock):
+    """Round times and their breakdown as measured."""
+
+    name = "wall"
+    measured = True
+    note = (
+        "wall clock: round times and their compute/comm/wait/aggregation breakdown "
+        "are measured; predicted_round_time_s is empty because the policy predicts "
+        "in the time model's seconds, which model_round_time_s records"
+    )
+
+    def measure(
+        self,
+        planned: ModelRound,
+        selection: Selection,
+        progress: RoundInProgress,
+        collected_at: float,
+        aggregation_s: float,
+        wall_round_s: float,
+    ) -> MeasuredRound:
+        # the policy predicts in the time model's seconds: no prediction on this clock
+        return MeasuredRound(
+            wall_round_s,
+            measured_time(progress, collected_at, aggregation_s, wall_round_s),
+            None,
+            {s: t - progress.started_at for s, t in progress.finished_at.items()},
+        )
+
+    def row_fields(self, model_round_s: float) -> dict[str, object]:
+        return {"clock": self.name, "model_round_time_s": model_round_s}
+
+    def decision_fields(self, model_round_s: float) -> dict[str, object]:
+        return {"model_round_time_s": model_round_s}
+
+
+CLOCK_CLASSES: dict[str, type[Clock]] = {c.name: c for c in (SimulatedClock, WallClock)}
+
+
+def clock_of(run: RunConfig) -> Clock:
+    """The run's clock, from its `clock` setting."""
+    try:
+        return CLOCK_CLASSES[run.clock](run)
+    except KeyError:
+        raise ValueError(f"unknown clock {run.clock!r}; known: {sorted(CLOCK_CLASSES)}") from None

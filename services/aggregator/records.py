@@ -9,6 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,6 +67,15 @@ class WallTimes:
     collect_s: float = 0.0  # waiting for the deltas (the sites' training and uploads)
     aggregate_s: float = 0.0  # FedAvg result applied, new model encoded for downloads
     record_s: float = 0.0  # rounds.csv, decisions.jsonl, metrics, checkpoint
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the real seconds the block takes to the phase `name` (`dispatch` adds to
+        dispatch_s); a phase timed in two blocks gets their sum."""
+        start = time.monotonic()
+        yield
+        attr = f"{name}_s"
+        setattr(self, attr, getattr(self, attr) + (time.monotonic() - start))
 
     @property
     def overhead_s(self) -> float:

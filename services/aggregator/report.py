@@ -15,6 +15,7 @@ import numpy as np
 from powertrip.core.config import RunConfig
 from powertrip.core.footprint import JOULES_PER_KWH, RoundFootprint
 from powertrip.core.timemodel import RoundTime
+from services.aggregator.clock import Clock, clock_of
 from services.aggregator.domain import Selection
 from services.aggregator.records import RoundRow
 from services.aggregator.round import RoundInProgress
@@ -48,7 +49,7 @@ class FinishedRound:
         return len(self.selection.site_ids)
 
 
-def round_row(run: RunConfig, done: FinishedRound) -> RoundRow:
+def round_row(run: RunConfig, clock: Clock, done: FinishedRound) -> RoundRow:
     selection, progress, timing = done.selection, done.progress, done.timing
     contributed = progress.fedavg.contributors
     return RoundRow(
@@ -70,8 +71,7 @@ def round_row(run: RunConfig, done: FinishedRound) -> RoundRow:
         straggler=timing.straggler,
         mode=selection.mode,
         train_loss=float(np.mean([progress.train_loss[s] for s in contributed])),
-        clock=run.clock,
-        model_round_time_s=done.model_round_s if run.clock == "wall" else None,
+        **clock.row_fields(done.model_round_s),
         **_footprint_cells(done.footprint),
     )
 
@@ -88,7 +88,7 @@ def _footprint_cells(footprint: RoundFootprint | None) -> dict[str, float | None
     }
 
 
-def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
+def decision_entry(run: RunConfig, clock: Clock, done: FinishedRound) -> dict:
     """The round's decisions.jsonl entry (the recorder adds the round number)."""
     selection, progress = done.selection, done.progress
     decision = {
@@ -113,8 +113,7 @@ def decision_entry(run: RunConfig, done: FinishedRound) -> dict:
         tasks = sorted(progress.tasks.values(), key=lambda t: t.site_id)
         decision["batch_size"] = {t.site_id: t.batch_size for t in tasks}
         decision["fedavg_weight"] = dict(sorted(progress.fedavg_weights.items()))
-    if run.clock == "wall":
-        decision["model_round_time_s"] = done.model_round_s
+    decision.update(clock.decision_fields(done.model_round_s))
     return decision
 
 
@@ -171,14 +170,7 @@ def run_summary(
     if run.tau_source != "fixed":  # only then: a fixed-tau run's summary stays as it was
         summary["tau_source"] = run.tau_source
         summary["tau_s"] = run.tau_s
-    if run.clock == "simulated":
-        summary["clock_note"] = "simulated clock: real training and accuracy, time from the model"
-    else:
-        summary["clock_note"] = (
-            "wall clock: round times and their compute/comm/wait/aggregation breakdown "
-            "are measured; predicted_round_time_s is empty because the policy predicts "
-            "in the time model's seconds, which model_round_time_s records"
-        )
+    summary["clock_note"] = clock_of(run).note
     return summary
 
 

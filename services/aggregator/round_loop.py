@@ -2,8 +2,8 @@
 
 Runs in its own thread beside the gRPC handlers and talks to the profiler and the policy
 only through its ControlClient. Time comes from the model (paper §2-3) on the simulated
-clock (clock.py), or from real elapsed time on the wall clock. When to stop is decided in
-stopping.py alone.
+clock, or from real elapsed time on the wall clock: the run's Clock (clock.py) decides
+everything that differs between the two. When to stop is decided in stopping.py alone.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from services.aggregator.accounting import Accounting
 from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import DeltaAudit
 from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
-from services.aggregator.clock import ModelRound, measured_time, simulated_time
+from services.aggregator.clock import ModelRound, clock_of
 from services.aggregator.columns import site_rows
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import ControlClient
@@ -42,12 +42,7 @@ from services.aggregator.report import (
 from services.aggregator.round import RoundInProgress
 from services.aggregator.run_result import LoopResult
 from services.aggregator.state import AggregatorState
-from services.aggregator.stopping import (
-    MAX_ROUNDS,
-    TARGET_REACHED,
-    stop_before_round,
-    stop_reason,
-)
+from services.aggregator.stopping import MAX_ROUNDS, TARGET_REACHED, stop_reason
 from services.aggregator.tasks import round_tasks
 from services.aggregator.workmodel import fedavg_weights
 
@@ -75,6 +70,7 @@ class RoundLoop:
     ):
         self.config = config
         self.run = config.run
+        self.clock = clock_of(self.run)
         self.state = state
         self.metrics = metrics
         self.workload = get_workload(self.run.workload)
@@ -98,7 +94,7 @@ class RoundLoop:
                 log.warning(
                     "--resume: no checkpoint in %s; starting from round 1", self.config.out_dir
                 )
-            self.recorder = RunRecorder(self.config.out_dir, clock=self.run.clock)
+            self.recorder = RunRecorder(self.config.out_dir, clock=self.clock.name)
             self.state.set_model(initial, version=0)
             if self.audit is not None:
                 self.audit.start(initial)
@@ -111,7 +107,7 @@ class RoundLoop:
         self.result = resumed.result
         self.start_round = resumed.round + 1
         self.recorder = RunRecorder(
-            self.config.out_dir, keep_rounds=resumed.round, clock=self.run.clock
+            self.config.out_dir, keep_rounds=resumed.round, clock=self.clock.name
         )
         restore_site_ids(self.result, self.config.out_dir)
         self.state.set_model(resumed.weights, version=resumed.model_version)
@@ -191,39 +187,37 @@ class RoundLoop:
     def run_round(self, round_no: int) -> bool:
         """One synchronous round; returns True when the run should stop."""
         wall, wall_start = WallTimes(), time.monotonic()
-        profiles = self._profiles()
-        profiled_at = time.monotonic()
-        selection, profiles_by_id = self._select(round_no, profiles)
-        planned = simulated_time(self.run, selection, profiles_by_id)
-        wall.profiles_s = profiled_at - wall_start
-        wall.select_s = time.monotonic() - profiled_at
-        reason = stop_before_round(
-            self.run.clock, self.result.sim_time_s, planned.round_s, self.run.max_sim_hours
-        )
+        with wall.phase("profiles"):
+            profiles = self._profiles()
+        with wall.phase("select"):
+            selection, profiles_by_id = self._select(round_no, profiles)
+            planned = self.clock.plan(selection, profiles_by_id)
+        reason = self.clock.stop_before(self.result.sim_time_s, planned)
         if reason:
             self.result.stopped_reason = reason
             return True
-        trained = self._train(round_no, selection, planned.steps, wall_start, wall, planned.batches)
+        trained = self._train(round_no, selection, planned, wall)
+        wall.train_s = trained.collected_at - wall_start
         wall_round_s = wall.round_s = time.monotonic() - wall_start
-        footprint = self.accounting.round(
-            selection, planned, profiles_by_id, trained.progress, self.state.model_bytes,
-            self.result.sim_time_s,
-        )  # fmt: skip
-        done = self._advance(round_no, selection, planned, trained, wall_round_s, footprint)
-        self._record(done)
-        stop = self._stop_after(done.accuracy)
-        if self.run.checkpoint:
-            self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
+        with wall.phase("record"):
+            footprint = self.accounting.round(
+                selection, planned, profiles_by_id, trained.progress, self.state.model_bytes,
+                self.result.sim_time_s,
+            )  # fmt: skip
+            done = self._advance(round_no, selection, planned, trained, wall_round_s, footprint)
+            self._record(done)
+            stop = self._stop_after(done.accuracy)
+            if self.run.checkpoint:
+                self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
         # last, so that the checkpoint's time is in it: a crash just before leaves a round
         # without its wall.csv row, never a row for a round the files do not have
-        wall.record_s = time.monotonic() - wall_start - wall_round_s
         self.recorder.add_wall(round_no, wall)
         log.info(
             "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
             round_no,
             done.k,
             done.accuracy,
-            self.run.clock,
+            self.clock.name,
             self.result.sim_time_s,
             done.round_s,
             wall_round_s,
@@ -247,39 +241,30 @@ class RoundLoop:
         }
 
     def _train(
-        self,
-        round_no: int,
-        selection: Selection,
-        steps: dict[str, int],
-        wall_start: float,
-        wall: WallTimes,
-        batches: dict[str, int] | None = None,
+        self, round_no: int, selection: Selection, planned: ModelRound, wall: WallTimes
     ) -> TrainedRound:
         """Dispatch, collect, average, evaluate, and install the new model; each phase's
         seconds go to `wall`."""
-        dispatch_start = time.monotonic()
-        progress = self.dispatch(round_no, selection, steps, batches)
-        dispatched_at = time.monotonic()
-        self.collect(progress)
+        with wall.phase("dispatch"):
+            progress = self.dispatch(round_no, selection, planned.steps, planned.batches)
+        with wall.phase("collect"):
+            self.collect(progress)
         collected_at = time.monotonic()
-        new_weights = apply_delta(self.state.weights, progress.fedavg.result())
-        eval_start = time.monotonic()
-        accuracy, loss = self.evaluator.evaluate(new_weights)
-        eval_end = time.monotonic()
-        self.state.set_model(new_weights, version=progress.model_version + 1)
-        progress.fedavg.commit_audit()
-        wall.dispatch_s = dispatched_at - dispatch_start
-        wall.collect_s = collected_at - dispatched_at
-        wall.train_s = collected_at - wall_start
-        wall.eval_s = eval_end - eval_start
-        wall.aggregate_s = (eval_start - collected_at) + (time.monotonic() - eval_end)
+        with wall.phase("aggregate"):
+            new_weights = apply_delta(self.state.weights, progress.fedavg.result())
+        wall_aggregation_s = wall.aggregate_s  # FedAvg alone, before the evaluation
+        with wall.phase("eval"):
+            accuracy, loss = self.evaluator.evaluate(new_weights)
+        with wall.phase("aggregate"):
+            self.state.set_model(new_weights, version=progress.model_version + 1)
+            progress.fedavg.commit_audit()
         return TrainedRound(
             progress=progress,
             weights=new_weights,
             accuracy=accuracy,
             loss=loss,
             collected_at=collected_at,
-            wall_aggregation_s=eval_start - collected_at,
+            wall_aggregation_s=wall_aggregation_s,
         )
 
     def _advance(
@@ -293,19 +278,13 @@ class RoundLoop:
     ) -> FinishedRound:
         """Advance the run's clock, result and footprint by the round just trained."""
         result = self.result
-        round_s = planned.round_s if self.run.clock == "simulated" else wall_round_s
-        timing, predicted = planned.timing, selection.predicted_round_time_s
-        progress = trained.progress
-        durations = {t.site_id: t.total_s for t in planned.times}
-        if self.run.clock == "wall":
-            # the policy predicts in the time model's seconds: no prediction on this clock
-            collected = trained.collected_at
-            timing = measured_time(progress, collected, trained.wall_aggregation_s, wall_round_s)
-            predicted = None
-            durations = {s: t - progress.started_at for s, t in progress.finished_at.items()}
+        measured = self.clock.measure(
+            planned, selection, trained.progress, trained.collected_at,
+            trained.wall_aggregation_s, wall_round_s,
+        )  # fmt: skip
         if result.footprint is not None:
             result.footprint.add(footprint)
-        result.sim_time_s += round_s
+        result.sim_time_s += measured.round_s
         result.rounds = round_no
         result.accuracy = trained.accuracy
         result.best_accuracy = max(result.best_accuracy, trained.accuracy)
@@ -316,21 +295,21 @@ class RoundLoop:
             steps=planned.steps,
             accuracy=trained.accuracy,
             loss=trained.loss,
-            round_s=round_s,
+            round_s=measured.round_s,
             model_round_s=planned.round_s,
-            timing=timing,
-            predicted_s=predicted,
+            timing=measured.timing,
+            predicted_s=measured.predicted_s,
             sim_time_s=result.sim_time_s,
             model_bytes=self.state.model_bytes,
             dead_sites=self.state.dead_sites(),
             footprint=footprint,
-            site_durations=durations,
+            site_durations=measured.site_durations,
         )
 
     def _record(self, done: FinishedRound) -> None:
         """Write the round's row and decision, add it to the history, publish it."""
-        row = round_row(self.run, done)
-        self.recorder.add_round(row, decision_entry(self.run, done))
+        row = round_row(self.run, self.clock, done)
+        self.recorder.add_round(row, decision_entry(self.run, self.clock, done))
         self.result.history.append(history_record(done))
         self.metrics.show_round(row)
         self.state.publish_round(self.result.history[-1])

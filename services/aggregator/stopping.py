@@ -14,12 +14,10 @@ TIME_BUDGET = "time_budget"
 MAX_ROUNDS = "max_rounds"
 
 
-def stop_before_round(
-    clock: str, sim_time_s: float, round_s: float, max_sim_hours: float | None
-) -> str | None:
-    """On the simulated clock a round's length is known before it runs: do not train a
-    round that would end after the time budget."""
-    if clock == "simulated" and max_sim_hours:
+def stop_before_round(sim_time_s: float, round_s: float, max_sim_hours: float | None) -> str | None:
+    """For a round whose length is known before it runs (the simulated clock's; clock.py
+    asks): do not train a round that would end after the time budget."""
+    if max_sim_hours:
         if sim_time_s + round_s > max_sim_hours * 3600:
             return TIME_BUDGET
     return None
