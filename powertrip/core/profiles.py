@@ -68,6 +68,20 @@ LINK_MODELS = ("inverse", "fig5")
 #: N_max, GPUs per site (trace mode's power granularity): the one default, RunConfig's too
 GPUS_PER_SITE = 32
 
+#: a site profile's per-site number columns, in the contract's SiteProfile field order (the
+#: wire's SiteColumns and the aggregator's Profiles both hold one column per name)
+SITE_NUMBER_COLUMNS = (
+    "power_fraction",
+    "distance_miles",
+    "latency_s",
+    "bandwidth_bytes_per_s",
+    "measured_latency_s",
+    "measured_bandwidth_bytes_per_s",
+    "gpus_available",
+    "gpus_effective",
+    "alive",
+)
+
 
 @dataclass(frozen=True)
 class PopulationSpec:

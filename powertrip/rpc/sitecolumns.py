@@ -11,20 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from powertrip.core.profiles import SITE_NUMBER_COLUMNS
 from powertrip.v1 import common_pb2
 
 #: per-site columns of SiteColumns, in SiteProfile's field order
-NUMBER_COLUMNS = (
-    "power_fraction",
-    "distance_miles",
-    "latency_s",
-    "bandwidth_bytes_per_s",
-    "measured_latency_s",
-    "measured_bandwidth_bytes_per_s",
-    "gpus_available",
-    "gpus_effective",
-    "alive",
-)
+NUMBER_COLUMNS = SITE_NUMBER_COLUMNS
 #: columns a producer may leave empty: no site measured yet, GPU counts unknown
 OPTIONAL_COLUMNS = frozenset(
     {"measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective"}

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from powertrip.core.profiles import SITE_NUMBER_COLUMNS
+
 #: Selection.mode values (SelectionMode's names without their prefix, lower case)
 FEDERATED = "federated"
 CENTRALIZED = "centralized"
@@ -64,18 +66,8 @@ class SiteProfile:
     power_source: str = ""
 
 
-#: the per-site number columns, in SiteProfile's field order (powertrip.rpc.sitecolumns)
-NUMBER_COLUMNS = (
-    "power_fraction",
-    "distance_miles",
-    "latency_s",
-    "bandwidth_bytes_per_s",
-    "measured_latency_s",
-    "measured_bandwidth_bytes_per_s",
-    "gpus_available",
-    "gpus_effective",
-    "alive",
-)
+#: the per-site number columns, in SiteProfile's field order (the core's, as on the wire)
+NUMBER_COLUMNS = SITE_NUMBER_COLUMNS
 
 
 @dataclass(frozen=True, eq=False)
