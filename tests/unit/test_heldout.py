@@ -27,8 +27,8 @@ def _world(tmp_path, pt_hours: dict[int, float], adaptive_hours: dict[int, float
 
 def test_kstar_comes_from_the_training_seeds_and_the_oracle_from_each_heldout_seed(tmp_path):
     d = _world(tmp_path, {s: 0.95 for s in H.HELDOUT_SEEDS}, {})
-    assert d["train"].kstar == 3 and d["train"].seeds == list(H.TRAIN_SEEDS)
-    v = d["heldout"]
+    assert d["uniform/train"].kstar == 3 and d["uniform/train"].seeds == list(H.TRAIN_SEEDS)
+    v = d["uniform/heldout"]
     assert v.kstar == 3 and v.seeds == list(H.HELDOUT_SEEDS) and v.sweep == GRID
     k, sample = H.oracle(v, 7)
     assert k == 5 and sample.value == pytest.approx((0.8 + 0.07) * 3600)
@@ -38,15 +38,17 @@ def test_paired_comparison_against_kstar_and_oracle(tmp_path):
     # PowerTrip 10 % faster than static k* = 3 on every held-out seed, slower than the oracle
     pt = {s: (1.0 + s * 0.01) * 0.9 for s in H.HELDOUT_SEEDS}
     d = _world(tmp_path, pt, {s: (1.0 + s * 0.01) * 1.02 for s in H.HELDOUT_SEEDS})
-    diffs, marks, seeds = H.comparison(d["heldout"], "powertrip", "kstar")
+    diffs, marks, seeds = H.comparison(d["uniform/heldout"], "powertrip", "kstar")
     assert diffs == pytest.approx([-0.1] * 5) and marks == "" and seeds == list(H.HELDOUT_SEEDS)
     rows = {r.claim: r for r in H.claims(d, {})}
-    assert rows["powertrip against static k* = 3 (chosen on seeds 0-4), held-out seeds"].holds == (
-        "faster"
-    )
-    oracle_row = rows["powertrip against each held-out seed's own best static k, held-out seeds"]
+    assert rows[
+        "uniform: powertrip against static k* = 3 (chosen on seeds 0-4), held-out seeds"
+    ].holds == ("faster")
+    oracle_row = rows[
+        "uniform: powertrip against each held-out seed's own best static k, held-out seeds"
+    ]
     assert oracle_row.holds == "slower"
-    adaptive = rows["adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
+    adaptive = rows["uniform: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
     assert adaptive.holds == "within 5 %" and adaptive.ours.startswith("+2.0%")
 
 
@@ -74,3 +76,23 @@ def test_the_heldout_report_renders_a_table_and_a_plot(tmp_path):
     assert len(table.rows) == 5 and table.rows[0][4].startswith("k = 5")
     (png,) = H.plots(d, tmp_path / "fig", {})
     assert png.stat().st_size > 0
+
+
+def test_each_setup_has_its_own_kstar_and_one_without_heldout_runs_is_left_out(tmp_path):
+    # uniform: k* = 3 on the training seeds; trace: k* = 5, and PowerTrip on trace 20 % faster
+    _world(tmp_path, {s: 0.9 for s in H.HELDOUT_SEEDS}, {})
+    d = H.load(tmp_path, {"sweep_k": GRID})
+    assert set(d) == {"uniform/train", "uniform/heldout"}  # trace has no held-out run yet
+    made_up_sweep(tmp_path, "trace", list(H.TRAIN_SEEDS), {2: 1.6, 3: 1.4, 5: 1.2})
+    made_up_sweep(tmp_path, "trace", list(H.HELDOUT_SEEDS), {3: 1.5, 5: 1.25})
+    for seed in H.HELDOUT_SEEDS:
+        write_run(
+            R.run_path(tmp_path, "trace", seed, "powertrip"), "powertrip", 1.0, [(1.0, 0.5, 4)]
+        )
+    d = H.load(tmp_path, {"sweep_k": GRID})
+    assert d["trace/train"].kstar == 5 and d["uniform/train"].kstar == 3
+    assert d["trace/heldout"].sweep == [3, 5] and d["trace/heldout"].seeds == list(H.HELDOUT_SEEDS)
+    rows = {r.claim: r for r in H.claims(d, {})}
+    trace = rows["trace: powertrip against static k* = 5 (chosen on seeds 0-4), held-out seeds"]
+    assert trace.holds == "faster" and trace.seeds == 5
+    assert len(H.table(d, {})) == 2

@@ -3,18 +3,22 @@ the paper).
 
 The paper's static k* comes from an offline sweep; PowerTrip needs none. Judging PowerTrip
 against the k* of the very seeds it runs on hands the static baseline an oracle. Here k* is
-chosen on the training seeds `TRAIN_SEEDS` (the uniform set-up's full sweep, Figs. 8-9) and
-the online policies (`powertrip`, `adaptive`) and static k* are run on `HELDOUT_SEEDS`, never
-used to choose anything. Each held-out seed's own best k (the oracle, over a small grid
-around k*) is reported too.
+chosen on the training seeds `TRAIN_SEEDS` (each set-up's full sweep: uniform for Figs. 8-9,
+trace for Fig. 12) and the online policies (`powertrip`, `adaptive`) and static k* are run on
+`HELDOUT_SEEDS`, never used to choose anything. Each held-out seed's own best k (the oracle,
+over a small grid around k*) is reported too.
 
 Comparisons are paired per seed: the relative difference (t_policy - t_static) / t_static of
 each held-out seed, its mean and a bootstrap 95 % CI over seeds (10,000 resamples, fixed
 seed). No run is cut off near k* (`--budget-factor 0`): a cut-off time is a lower bound,
 and is marked '>' wherever it enters.
 
-    powertrip reproduce --figure heldout --set seed=5 --seeds 5 --k 1,2,3,5,7 \\
-        --no-refine --budget-factor 0 --out results/reproduce
+    powertrip reproduce --figure heldout --only uniform --set seed=5 --seeds 5 \\
+        --k 1,2,3,5,7 --no-refine --budget-factor 0 --out results/reproduce
+
+(`--only trace` and a grid around trace's k* for the trace set-up.) `load` keys the data
+'<set-up>/train' and '<set-up>/heldout'; a set-up without held-out runs is left out of the
+claims (not run yet).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from powertrip.app.experiments.suite import Suite, static_arm
+from powertrip.app.experiments.suite import Suite, Variant, static_arm
 from powertrip.app.paper.data import UNIFORM, VariantData, fill_runs, load_variant, sample_of
+from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
@@ -36,6 +41,8 @@ from powertrip.app.report.html import Table
 TRAIN_SEEDS = (0, 1, 2, 3, 4)
 HELDOUT_SEEDS = (5, 6, 7, 8, 9)
 ONLINE = ("powertrip", "adaptive")
+#: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12)
+SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE)
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
 BOOTSTRAP_RESAMPLES = 10_000
@@ -46,7 +53,7 @@ SUITE = Suite(
     "Not a figure of the paper. The paper compares PowerTrip with the static k* of an "
     "offline sweep; here k* is chosen on seeds 0-4 and every comparison is made on seeds "
     "5-9, with each held-out seed's own best k (the oracle) beside it.",
-    (UNIFORM.name,),
+    tuple(v.name for v in SETUPS),
     ("powertrip", "adaptive", "sweep"),
 )
 VARIANTS = ()
@@ -54,29 +61,47 @@ TABLE_TITLE = "Times per held-out seed"
 
 
 def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
-    """'train': the uniform sweep on TRAIN_SEEDS (its k* is the baseline's k); 'heldout':
-    the online policies and the static k that finished on every held-out seed."""
+    """Per set-up S: 'S/train', S's sweep on TRAIN_SEEDS (its k* is the baseline's k), and
+    'S/heldout', the online policies and the static k that finished on the held-out seeds.
+    A set-up with no held-out run at all is left out."""
     grid = [int(k) for k in meta.get("sweep_k") or []]
+    data: dict[str, VariantData] = {}
+    for setup in SETUPS:
+        train, heldout = load_setup(out, setup, grid)
+        if any(heldout.runs.values()):
+            data[f"{setup.name}/train"], data[f"{setup.name}/heldout"] = train, heldout
+    return data
+
+
+def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantData, VariantData]:
+    """(train, heldout) of one set-up: k* from the training seeds' sweep, the held-out runs."""
     train = load_variant(
-        out, UNIFORM.name, UNIFORM.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
+        out, setup.name, setup.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
     )
     ks = sorted(
         {
             int(p.name.removeprefix("static-k"))
             for seed in HELDOUT_SEEDS
-            for p in (out / "runs" / UNIFORM.name / f"seed{seed}").glob("static-k*")
+            for p in (out / "runs" / setup.name / f"seed{seed}").glob("static-k*")
             if p.name.removeprefix("static-k").isdigit()
         }
     )
     arms = [*ONLINE, *(static_arm(k).name for k in ks)]
-    heldout = VariantData(UNIFORM.name, UNIFORM.label, arms, all_seeds=list(HELDOUT_SEEDS))
+    heldout = VariantData(setup.name, setup.label, arms, all_seeds=list(HELDOUT_SEEDS))
     fill_runs(heldout, out, arms, HELDOUT_SEEDS)
     heldout.sweep = [k for k in ks if len(heldout.runs.get(static_arm(k).name, {})) > 0]
     heldout.seeds = [
         s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
     ]
     heldout.kstar = train.kstar
-    return {"train": train, "heldout": heldout}
+    return train, heldout
+
+
+def _pairs(d: Mapping[str, VariantData]) -> list[tuple[VariantData, VariantData]]:
+    """(train, heldout) per loaded set-up, in SETUPS order."""
+    return [
+        (d[f"{s.name}/train"], d[f"{s.name}/heldout"]) for s in SETUPS if f"{s.name}/train" in d
+    ]
 
 
 def _time(v: VariantData, seed: int, k_or_arm: int | str) -> C.Sample | None:
@@ -171,66 +196,64 @@ def _fmt(mean: float, low: float, high: float, marks: str) -> str:
 
 
 def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.ClaimRow]:
-    train, v = d["train"], d["heldout"]
     rows = []
-    k = train.kstar
-    for arm in ONLINE:
-        for against, label in (
-            ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
-            (
-                "oracle",
-                "each held-out seed's own best static k",
-            ),
-        ):
-            diffs, marks, seeds = comparison(v, arm, against)
-            mean, low, high = paired_bootstrap(diffs)
-            holds = verdict(mean, low, high, marks)
-            rows.append(
-                C.ClaimRow(
-                    "heldout",
-                    f"{arm} against {label}, held-out seeds",
-                    "PowerTrip beats static k* (paper §5.3)"
-                    if arm == "powertrip" and against == "kstar"
-                    else "goal: within 5 % or faster",
-                    _fmt(mean, low, high, marks)
-                    + (" (time to target vs the static run)" if diffs else ""),
-                    holds,
-                    len(seeds),
-                    why=f"held-out seeds {seeds}; k* from train seeds {train.seeds}"
-                    + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
+    for train, v in _pairs(d):
+        k = train.kstar
+        for arm in ONLINE:
+            for against, label in (
+                ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
+                ("oracle", "each held-out seed's own best static k"),
+            ):
+                diffs, marks, seeds = comparison(v, arm, against)
+                mean, low, high = paired_bootstrap(diffs)
+                rows.append(
+                    C.ClaimRow(
+                        "heldout",
+                        f"{v.name}: {arm} against {label}, held-out seeds",
+                        "PowerTrip beats static k* (paper §5.3)"
+                        if arm == "powertrip" and against == "kstar"
+                        else "goal: within 5 % or faster",
+                        _fmt(mean, low, high, marks)
+                        + (" (time to target vs the static run)" if diffs else ""),
+                        verdict(mean, low, high, marks),
+                        len(seeds),
+                        why=f"held-out seeds {seeds}; k* from train seeds {train.seeds}"
+                        + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
+                    )
                 )
-            )
     return rows
 
 
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
-    train, v = d["train"], d["heldout"]
-    rows = []
-    for seed in v.all_seeds:
-        cells = [str(seed)]
-        for arm in (*ONLINE, v.kstar):
-            s = _time(v, seed, arm) if arm is not None else None
-            cells.append(C.fmt_time([s]) if s is not None else "-")
-        found = oracle(v, seed)
-        cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
-        for arm in ONLINE:
-            run = v.runs.get(arm, {}).get(seed)
-            cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
-        rows.append(cells)
-    headers = [
-        "held-out seed",
-        "powertrip (h)",
-        "adaptive (h)",
-        f"static k* = {v.kstar} (h)",
-        "oracle k: time (h)",
-        "powertrip mean k",
-        "adaptive mean k",
-    ]
-    caption = (
-        f"k* = {train.kstar} chosen on seeds {train.seeds} over the grid {train.sweep}; "
-        f"held-out grid {v.sweep}; '>' a run cut off before the target"
-    )
-    return [Table(headers, rows, caption=caption)]
+    tables = []
+    for train, v in _pairs(d):
+        rows = []
+        for seed in v.all_seeds:
+            cells = [str(seed)]
+            for arm in (*ONLINE, v.kstar):
+                s = _time(v, seed, arm) if arm is not None else None
+                cells.append(C.fmt_time([s]) if s is not None else "-")
+            found = oracle(v, seed)
+            cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
+            for arm in ONLINE:
+                run = v.runs.get(arm, {}).get(seed)
+                cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
+            rows.append(cells)
+        headers = [
+            "held-out seed",
+            "powertrip (h)",
+            "adaptive (h)",
+            f"static k* = {v.kstar} (h)",
+            "oracle k: time (h)",
+            "powertrip mean k",
+            "adaptive mean k",
+        ]
+        caption = (
+            f"{v.label}: k* = {train.kstar} chosen on seeds {train.seeds} over the grid "
+            f"{train.sweep}; held-out grid {v.sweep}; '>' a run cut off before the target"
+        )
+        tables.append(Table(headers, rows, caption=caption))
+    return tables
 
 
 def _hours(sample: C.Sample | None) -> float:
@@ -238,22 +261,27 @@ def _hours(sample: C.Sample | None) -> float:
 
 
 def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
-    v = d["heldout"]
-    fig = new_figure(7.5, 4.0)
-    ax = fig.add_subplot()
-    seeds = list(v.all_seeds)
+    pairs = _pairs(d)
+    if not pairs:
+        return []
+    fig = new_figure(7.5, 3.6 * len(pairs))
     styles = {"powertrip": ("tab:red", "o"), "adaptive": ("tab:green", "s")}
-    for arm, (color, marker) in styles.items():
-        ys = [_hours(_time(v, s, arm)) for s in seeds]
-        ax.plot(seeds, ys, marker=marker, color=color, linestyle="", label=arm)
-    if v.kstar is not None:
-        ys = [_hours(_time(v, s, v.kstar)) for s in seeds]
-        label = f"static k* = {v.kstar} (seeds 0-4)"
-        ax.plot(seeds, ys, marker="_", markersize=18, color="tab:blue", linestyle="", label=label)
-    ys = [_hours(found[1]) if (found := oracle(v, s)) else np.nan for s in seeds]
-    ax.plot(seeds, ys, marker="x", color="black", linestyle="", label="oracle (own best k)")
-    ax.set_xlabel("held-out seed")
-    ax.set_ylabel("time to target (simulated h)")
-    ax.set_title("Held-out seeds: time to target per policy")
-    ax.legend(fontsize=8)
+    for row, (_, v) in enumerate(pairs, start=1):
+        ax = fig.add_subplot(len(pairs), 1, row)
+        seeds = list(v.all_seeds)
+        for arm, (color, marker) in styles.items():
+            ys = [_hours(_time(v, s, arm)) for s in seeds]
+            ax.plot(seeds, ys, marker=marker, color=color, linestyle="", label=arm)
+        if v.kstar is not None:
+            ys = [_hours(_time(v, s, v.kstar)) for s in seeds]
+            label = f"static k* = {v.kstar} (seeds 0-4)"
+            ax.plot(
+                seeds, ys, marker="_", markersize=18, color="tab:blue", linestyle="", label=label
+            )
+        ys = [_hours(found[1]) if (found := oracle(v, s)) else np.nan for s in seeds]
+        ax.plot(seeds, ys, marker="x", color="black", linestyle="", label="oracle (own best k)")
+        ax.set_xlabel("held-out seed")
+        ax.set_ylabel("time to target (sim. h)")
+        ax.set_title(f"Held-out seeds, {v.label}")
+        ax.legend(fontsize=8)
     return [save_figure(fig, out / "heldout_times.png")]
