@@ -97,8 +97,15 @@ class ProbeProcess:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0):
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "powertrip.linkshaping.probe",
-             "--host", host, "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "powertrip.linkshaping.probe",
+                "--host",
+                host,
+                "--port",
+                str(port),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -44,4 +44,3 @@ def test_a_taken_port_falls_back_to_port_zero_and_the_run_is_the_same(tmp_path, 
     assert again.summary["stopped_reason"] == plain.summary["stopped_reason"]
     assert again.summary["rounds"] == plain.summary["rounds"] == 2
     assert (again_dir / runfiles.ROUNDS).read_text() == (plain_dir / runfiles.ROUNDS).read_text()
-

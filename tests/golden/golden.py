@@ -44,17 +44,37 @@ BASE_ARGS = ("--workload", "femnist", "--sites", "10", "--max-rounds", "4", "--s
 RUNS: dict[str, tuple[str, ...]] = {
     "powertrip-paper": ("--policy", "powertrip"),
     "powertrip-feedback": (
-        "--policy", "powertrip", "--param", "rule=feedback", "--param", "calibrate=1",
+        "--policy",
+        "powertrip",
+        "--param",
+        "rule=feedback",
+        "--param",
+        "calibrate=1",
     ),
     "adaptive": ("--policy", "adaptive"),
     "static-k3": ("--policy", "static", "--param", "k=3"),
     "oort-trace": ("--policy", "oort", "--power", "trace"),
     "powertrip-power-split": ("--policy", "powertrip", "--set", "work_model=power-split"),
     "random-fig5-2gb": (
-        "--policy", "random", "--set", "link_model=fig5", "--update-size-gb", "2", "--seed", "5",
+        "--policy",
+        "random",
+        "--set",
+        "link_model=fig5",
+        "--update-size-gb",
+        "2",
+        "--seed",
+        "5",
     ),
-    "shakespeare-static": ("--workload", "shakespeare", "--policy", "static", "--param", "k=2",
-                           "--max-rounds", "3"),
+    "shakespeare-static": (
+        "--workload",
+        "shakespeare",
+        "--policy",
+        "static",
+        "--param",
+        "k=2",
+        "--max-rounds",
+        "3",
+    ),
 }
 
 
@@ -66,8 +86,17 @@ def run_one(name: str, out_root: Path) -> dict[str, str]:
     """Make one golden run under ``out_root/name`` and return its files' digests."""
     out = out_root / name
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "powertrip", "run", *BASE_ARGS, *RUNS[name],
-           "--out", str(out), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "powertrip",
+        "run",
+        *BASE_ARGS,
+        *RUNS[name],
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
@@ -77,12 +106,17 @@ def run_one(name: str, out_root: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", action="store_true",
-                        help="write expected.json instead of checking")
-    parser.add_argument("--only", default="",
-                        help=f"comma list of runs (default all: {', '.join(RUNS)})")
-    parser.add_argument("--keep", type=Path,
-                        help="make the runs here and keep them (default: a temporary directory)")
+    parser.add_argument(
+        "--record", action="store_true", help="write expected.json instead of checking"
+    )
+    parser.add_argument(
+        "--only", default="", help=f"comma list of runs (default all: {', '.join(RUNS)})"
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="make the runs here and keep them (default: a temporary directory)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(RUNS)
@@ -110,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"golden: recorded {len(results)} runs in {elapsed:.0f} s -> {where}")
         return 0
     expected = json.loads(EXPECTED.read_text())
-    differ = [f"{name}/{f}" for name, digests in results.items()
-              for f, d in digests.items() if expected.get(name, {}).get(f) != d]
+    differ = [
+        f"{name}/{f}"
+        for name, digests in results.items()
+        for f, d in digests.items()
+        if expected.get(name, {}).get(f) != d
+    ]
     if differ:
         listing = "\n  ".join(differ)
         print(f"golden: these outputs differ from expected.json:\n  {listing}", file=sys.stderr)

@@ -233,7 +233,8 @@ def test_the_library_keeps_its_floors():
 def test_no_loose_module_at_the_library_root():
     """Every module of powertrip/ is in a floor's folder but the package and its entry."""
     loose = sorted(
-        p.name for p in (ROOT / "powertrip").glob("*.py")
+        p.name
+        for p in (ROOT / "powertrip").glob("*.py")
         if p.name not in ("__init__.py", "__main__.py")
     )
     assert not loose, f"modules at powertrip/'s root: {loose}"
@@ -249,22 +250,27 @@ def _plant(root: Path, files: dict[str, str]) -> None:
 def test_the_floor_check_fails_on_planted_violations(tmp_path: Path):
     """The check can fail: a core module importing the application, a service importing
     another service, the core importing grpc, and an edge module reading a service."""
-    _plant(tmp_path, {
-        "powertrip/__init__.py": "",
-        "powertrip/core/__init__.py": "",
-        "powertrip/core/math.py": "import grpc\n\ndef f():\n    from powertrip.app import cli\n",
-        "powertrip/rpc/__init__.py": "",
-        "powertrip/rpc/wire.py": "from services.policy import servicer\n",
-        "powertrip/app/__init__.py": "",
-        "powertrip/app/cli.py": "from powertrip.core import math\n",
-        "services/__init__.py": "",
-        "services/policy/__init__.py": "",
-        "services/policy/servicer.py": "from powertrip.core import math\n",
-        "services/aggregator/__init__.py": "",
-        "services/aggregator/loop.py": "from services.policy.servicer import X\n",
-        "bench/__init__.py": "",
-        "bench/b.py": "from services.policy import servicer\nfrom powertrip.app import cli\n",
-    })
+    _plant(
+        tmp_path,
+        {
+            "powertrip/__init__.py": "",
+            "powertrip/core/__init__.py": "",
+            "powertrip/core/math.py": (
+                "import grpc\n\ndef f():\n    from powertrip.app import cli\n"
+            ),
+            "powertrip/rpc/__init__.py": "",
+            "powertrip/rpc/wire.py": "from services.policy import servicer\n",
+            "powertrip/app/__init__.py": "",
+            "powertrip/app/cli.py": "from powertrip.core import math\n",
+            "services/__init__.py": "",
+            "services/policy/__init__.py": "",
+            "services/policy/servicer.py": "from powertrip.core import math\n",
+            "services/aggregator/__init__.py": "",
+            "services/aggregator/loop.py": "from services.policy.servicer import X\n",
+            "bench/__init__.py": "",
+            "bench/b.py": "from services.policy import servicer\nfrom powertrip.app import cli\n",
+        },
+    )
     graph = import_graph(tmp_path, ("powertrip", "services", "bench"))
     found = layer_violations(graph, module_files(tmp_path, ("powertrip", "services", "bench")))
     assert found == [

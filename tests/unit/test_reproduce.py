@@ -188,8 +188,11 @@ def test_the_reference_arm_is_never_cut_off():
 
 def test_a_reference_run_stopped_by_a_budget_is_not_done(tmp_path):
     config = BASE
-    for arm, reason in (("powertrip", "time_budget"), ("static-k3", "time_budget"),
-                        ("powertrip", "target_reached")):
+    for arm, reason in (
+        ("powertrip", "time_budget"),
+        ("static-k3", "time_budget"),
+        ("powertrip", "target_reached"),
+    ):
         run_dir = tmp_path / reason / arm
         _finished(run_dir, config)
         summary = json.loads((run_dir / "summary.json").read_text())
