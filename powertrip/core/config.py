@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from powertrip.core import footprint, policyparams
+from powertrip.core.clocks import CLOCKS
 from powertrip.core.profiles import (
     DISTANCE_DISTRIBUTIONS,
     GPUS_PER_SITE,
@@ -20,7 +21,6 @@ from powertrip.core.profiles import (
 )
 from powertrip.core.timemodel import WORK_MODELS
 
-CLOCKS = ("simulated", "wall")
 ESTIMATORS = ("paper", "clock")
 POWER_MODES = ("uniform", "trace")
 TRAINERS = ("loop", "vmap")  # powertrip.core.batched.TRAINERS

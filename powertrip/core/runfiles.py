@@ -22,6 +22,8 @@ A run directory holds:
 
 from __future__ import annotations
 
+from powertrip.core.clocks import clock_kind
+
 CONFIG = "config.yaml"
 REQUESTED_CONFIG = "run-config.yaml"
 ROUNDS = "rounds.csv"
@@ -136,5 +138,5 @@ FOOTPRINT_SUMMARY_KEYS: tuple[str, ...] = (
 
 def round_columns(clock: str) -> list[str]:
     """rounds.csv columns, in file order, of a run on `clock`."""
-    wall = WALL_ONLY_COLUMNS if clock == "wall" else ()
+    wall = WALL_ONLY_COLUMNS if clock_kind(clock).measured else ()
     return [*ROUND_COLUMNS, *wall, *FOOTPRINT_COLUMNS]

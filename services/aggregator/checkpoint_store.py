@@ -15,16 +15,16 @@ import base64
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from powertrip.core import runfiles
 from powertrip.core.config import EXECUTION_SETTINGS, RUN_LIMITS, RunConfig, experiment_differences
 from services.aggregator.records import round_sites
-from services.aggregator.run_result import LoopResult
+from services.aggregator.run_result import CheckpointRecord, LoopResult
 
 CHECKPOINT_DIR = runfiles.CHECKPOINT_DIR
 CHECKPOINT_FORMAT = 1
@@ -130,21 +130,12 @@ def _encode(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-@dataclass
-class Resumed:
-    """What a resumed run continues from."""
+class CheckpointPart(Protocol):
+    """An owner of loop state that a checkpoint carries."""
 
-    round: int  # the last checkpointed round
-    model_version: int
-    weights: dict[str, np.ndarray]
-    result: LoopResult
-    dead_sites: list[str]
-    #: the control client's last good replies, as the bytes of their messages
-    #: (ControlClient.checkpoint_replies and .restore): a Selection, a SiteColumns, and in
-    #: checkpoints written before the profiles' file the profiler's GetProfilesResponse
-    last_selection: bytes | None
-    last_profiles: bytes | None
-    last_profiles_reply: bytes | None = None
+    def checkpoint_into(self, record: CheckpointRecord) -> None: ...
+
+    def restore_checkpoint(self, record: CheckpointRecord) -> None: ...
 
 
 class CheckpointStore:
@@ -158,25 +149,19 @@ class CheckpointStore:
         #: object needs no hashing again
         self._saved_profiles: tuple[bytes, str, str] | None = None
 
-    def save(
-        self,
-        round_no: int,
-        weights: dict[str, np.ndarray],
-        model_version: int,
-        result: LoopResult,
-        dead_sites: set[str],
-        last_selection: bytes | None,
-        last_profiles: bytes | None,
-    ) -> None:
-        """`last_selection` and `last_profiles` are the control client's last good replies
-        as it keeps them (ControlClient.checkpoint_replies: a Selection without its shadow
-        decisions, and a SiteColumns, serialized)."""
+    def save(self, record: CheckpointRecord, *parts: CheckpointPart) -> None:
+        """Write `record`, once each of `parts` (the aggregator's state, its control
+        client) has filled in its share. The replies are as the control client keeps them:
+        a Selection without its shadow decisions, and a SiteColumns, serialized."""
+        for part in parts:
+            part.checkpoint_into(record)
+        last_selection, last_profiles = record.last_selection, record.last_profiles
         state: dict[str, Any] = {
-            "round": round_no,
-            "model_version": model_version,
-            "sim_time_s": result.sim_time_s,
-            "result": result.to_json(),
-            "dead_sites": sorted(dead_sites),
+            "round": record.round,
+            "model_version": record.model_version,
+            "sim_time_s": record.result.sim_time_s,
+            "result": record.result.to_json(),
+            "dead_sites": sorted(record.dead_sites),
             "config": self.run.to_dict(),
         }
         if last_selection is not None:
@@ -192,9 +177,9 @@ class CheckpointStore:
             data, name, digest = saved
             state["last_profiles_file"], state["last_profiles_sha256"] = name, digest
             files[name] = data
-        write_checkpoint(self.out_dir, weights, state, files)
+        write_checkpoint(self.out_dir, record.weights, state, files)
 
-    def load(self, initial: dict[str, np.ndarray]) -> Resumed | None:
+    def load(self, initial: dict[str, np.ndarray]) -> CheckpointRecord | None:
         """The checkpoint to continue from, or None if there is none. Raises CheckpointError
         if it belongs to another configuration or its model does not fit `initial`'s."""
         found = load_checkpoint(self.out_dir)
@@ -209,7 +194,7 @@ class CheckpointStore:
             last_profiles = self._profiles_file(saved)
         elif saved.get("last_profiles"):  # inline, as checkpoints written before the file
             last_reply = base64.b64decode(saved["last_profiles"])
-        return Resumed(
+        return CheckpointRecord(
             round=int(saved["round"]),
             model_version=int(saved["model_version"]),
             weights=weights,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
+from powertrip.core.clocks import SIMULATED, WALL
 from powertrip.core.config import RunConfig
 from powertrip.core.timemodel import RoundTime, SiteTime, round_time, site_comm_s
 from services.aggregator.domain import Selection, SiteProfile
@@ -157,9 +158,9 @@ class Clock:
 class SimulatedClock(Clock):
     """Real training and accuracy, time from the model."""
 
-    name = "simulated"
-    measured = False
-    note = "simulated clock: real training and accuracy, time from the model"
+    name = SIMULATED.name
+    measured = SIMULATED.measured
+    note = SIMULATED.summary_note
 
     def stop_before(self, sim_time_s: float, planned: ModelRound) -> str | None:
         """A round's length is known before it runs: do not train one that would end after
@@ -186,13 +187,9 @@ class SimulatedClock(Clock):
 class WallClock(Clock):
     """Round times and their breakdown as measured."""
 
-    name = "wall"
-    measured = True
-    note = (
-        "wall clock: round times and their compute/comm/wait/aggregation breakdown "
-        "are measured; predicted_round_time_s is empty because the policy predicts "
-        "in the time model's seconds, which model_round_time_s records"
-    )
+    name = WALL.name
+    measured = WALL.measured
+    note = WALL.summary_note
 
     def measure(
         self,

@@ -30,7 +30,7 @@ from services.aggregator.columns import embedded_field, with_embedded
 from services.aggregator.domain import NUMBER_COLUMNS, Profiles, Selection, Shadow
 from services.aggregator.errors import DependencyDown, RunFailed
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.run_result import RoundRecord
+from services.aggregator.run_result import CheckpointRecord, RoundRecord
 
 log = logging.getLogger("aggregator")
 RPC_RETRIES = 5
@@ -215,6 +215,14 @@ class ControlClient:
         self._last_columns = columns
         self.last_profiles = None if columns is None else profiles_of(columns)
         self._last_reply = self._last_table = None
+
+    def checkpoint_into(self, record: CheckpointRecord) -> None:
+        """The control client's part of a checkpoint: its last good replies."""
+        record.last_selection, record.last_profiles = self.checkpoint_replies()
+
+    def restore_checkpoint(self, record: CheckpointRecord) -> None:
+        """Resume with the replies `record` carries."""
+        self.restore(record.last_selection, record.last_profiles, record.last_profiles_reply)
 
     def checkpoint_replies(self) -> tuple[bytes | None, bytes | None]:
         """The last good selection (without its shadow decisions, which nothing reads back)

@@ -125,6 +125,12 @@ class AggregatorMetrics:
             registry=registry,
         )
 
+    def show_collected(self, missed: int, dead: int) -> None:
+        """A round's collection: the sites that missed its deadline, and the dead now."""
+        if missed:
+            self.site_failures.inc(missed)
+        self.dead_sites.set(dead)
+
     def show_round(self, row: RoundRow) -> None:
         """A finished round's gauges and its duration sample."""
         self.round.set(row.round)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +48,14 @@ class FinishedRound:
     @property
     def k(self) -> int:
         return len(self.selection.site_ids)
+
+
+class RoundFiles(NamedTuple):
+    """A finished round as the run's files and history hold it (round_files)."""
+
+    row: RoundRow
+    decision: dict
+    history: RoundRecord
 
 
 def round_row(run: RunConfig, clock: Clock, done: FinishedRound) -> RoundRow:
@@ -134,6 +143,14 @@ def history_record(done: FinishedRound) -> RoundRecord:
         site_train_loss=[progress.train_loss[s] for s in reported],
         site_num_samples=[progress.num_samples.get(s, 0) for s in reported],
         site_duration_s=[durations.get(s, done.round_s) for s in reported],
+    )
+
+
+def round_files(run: RunConfig, clock: Clock, done: FinishedRound) -> RoundFiles:
+    """Everything a finished round leaves behind, built at once: its rounds.csv row, its
+    decisions.jsonl entry and its record in the history the policy reads."""
+    return RoundFiles(
+        round_row(run, clock, done), decision_entry(run, clock, done), history_record(done)
     )
 
 

@@ -8,9 +8,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from powertrip.core.config import RunConfig
 from powertrip.rpc.tensors import TensorAssembler
 from services.aggregator.accumulator import RoundAccumulator
-from services.aggregator.tasks import Task
+from services.aggregator.audit import DeltaAudit
+from services.aggregator.domain import Selection
+from services.aggregator.tasks import Task, round_tasks
+from services.aggregator.workmodel import fedavg_weights
 
 
 @dataclass(eq=False)
@@ -71,3 +75,30 @@ class RoundInProgress:
     def has_delta(self, site: str) -> bool:
         """The site's delta was accepted or is being summed: another one is a duplicate."""
         return site in self.received or site in self.accepting
+
+
+def open_round(
+    run: RunConfig,
+    round_no: int,
+    selection: Selection,
+    model_version: int,
+    weights: dict,
+    steps: dict[str, int],
+    batches: dict[str, int] | None,
+    audit: DeltaAudit | None,
+) -> RoundInProgress:
+    """A new round of `selection` on model `model_version` (`weights`): each selected
+    site's task (tasks.py), the FedAvg accumulator (with the round's audit, if the run keeps
+    one) and, where the work model sets the batches (power-split), each site's FedAvg
+    weight: the samples its task trains on (workmodel.fedavg_weights) instead of its data
+    size."""
+    order = list(selection.site_ids)
+    round_audit = audit.open_round(round_no, order, model_version) if audit else None
+    tasks = round_tasks(run, round_no, selection, model_version, steps, batches)
+    return RoundInProgress(
+        round=round_no,
+        model_version=model_version,
+        tasks=tasks,
+        fedavg=RoundAccumulator(order, weights, round_audit),
+        fedavg_weights=fedavg_weights(tasks.values()) if batches else {},
+    )

@@ -20,11 +20,9 @@ from powertrip.core.fedavg import apply_delta
 from powertrip.core.footprint import RoundFootprint
 from powertrip.core.workloads import get_workload
 from services.aggregator.accounting import Accounting
-from services.aggregator.accumulator import RoundAccumulator
 from services.aggregator.audit import DeltaAudit
-from services.aggregator.checkpoint_store import CheckpointStore, Resumed, restore_site_ids
+from services.aggregator.checkpoint_store import CheckpointStore, restore_site_ids
 from services.aggregator.clock import ModelRound, clock_of
-from services.aggregator.columns import site_rows
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import ControlClient
 from services.aggregator.domain import Profiles, Selection, SiteProfile
@@ -32,19 +30,11 @@ from services.aggregator.errors import EmptyRound, RunFailed
 from services.aggregator.evaluator import Evaluator, initial_weights
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.records import RunRecorder, WallTimes
-from services.aggregator.report import (
-    FinishedRound,
-    decision_entry,
-    history_record,
-    round_row,
-    run_summary,
-)
-from services.aggregator.round import RoundInProgress
-from services.aggregator.run_result import LoopResult
+from services.aggregator.report import FinishedRound, round_files, run_summary
+from services.aggregator.round import RoundInProgress, open_round
+from services.aggregator.run_result import CheckpointRecord, LoopResult
 from services.aggregator.state import AggregatorState
 from services.aggregator.stopping import MAX_ROUNDS, TARGET_REACHED, stop_reason
-from services.aggregator.tasks import round_tasks
-from services.aggregator.workmodel import fedavg_weights
 
 log = logging.getLogger("aggregator")
 #: consecutive empty rounds before the run gives up (each one marks its sites dead first)
@@ -102,21 +92,16 @@ class RoundLoop:
             self._resume(resumed)
         self.run.write_yaml(self.config.out_dir / runfiles.CONFIG)
 
-    def _resume(self, resumed: Resumed) -> None:
+    def _resume(self, record: CheckpointRecord) -> None:
         """Continue from a checkpoint: same model bytes, same loop state, same files."""
-        self.result = resumed.result
-        self.start_round = resumed.round + 1
+        self.result = record.result
+        self.start_round = record.round + 1
         self.recorder = RunRecorder(
-            self.config.out_dir, keep_rounds=resumed.round, clock=self.clock.name
+            self.config.out_dir, keep_rounds=record.round, clock=self.clock.name
         )
         restore_site_ids(self.result, self.config.out_dir)
-        self.state.set_model(resumed.weights, version=resumed.model_version)
-        self.state.restore_dead(resumed.dead_sites)
-        self.control.restore(
-            resumed.last_selection, resumed.last_profiles, resumed.last_profiles_reply
-        )
-        if self.result.history:
-            self.state.restore_status(self.result.history[-1], self.result.rounds)
+        self.state.restore_checkpoint(record)
+        self.control.restore_checkpoint(record)
         log.info(
             "resumed from the checkpoint of round %d (simulated time %.1fs)",
             self.result.rounds,
@@ -150,20 +135,12 @@ class RoundLoop:
         steps: dict[str, int] | None = None,
         batches: dict[str, int] | None = None,
     ) -> RoundInProgress:
-        """Hand each selected site its task (see tasks.py) and open the round for uploads.
-        Where the work model sets the batches (power-split), FedAvg weighs each site by the
-        samples its task trains on (workmodel.fedavg_weights) instead of its data size."""
-        version = self.state.model_version
-        order = list(selection.site_ids)
-        audit = self.audit.open_round(round_no, order, version) if self.audit else None
-        tasks = round_tasks(self.run, round_no, selection, version, steps or {}, batches)
-        progress = RoundInProgress(
-            round=round_no,
-            model_version=version,
-            tasks=tasks,
-            fedavg=RoundAccumulator(order, self.state.weights, audit),
-            fedavg_weights=fedavg_weights(tasks.values()) if batches else {},
-        )
+        """Hand each selected site its task and open the round for uploads (round.open_round
+        says what a round holds)."""
+        progress = open_round(
+            self.run, round_no, selection, self.state.model_version, self.state.weights,
+            steps or {}, batches, self.audit,
+        )  # fmt: skip
         self.state.install_round(progress)
         return progress
 
@@ -178,9 +155,7 @@ class RoundLoop:
                 len(missing),
                 ", ".join(missing[:5]),
             )
-            progress.fedavg.skip(missing)
-            self.metrics.site_failures.inc(len(missing))
-        self.metrics.dead_sites.set(dead_now)
+        self.metrics.show_collected(missed=len(missing), dead=dead_now)
         if not progress.received:
             raise EmptyRound(f"round {progress.round}: no site returned a delta")
 
@@ -235,10 +210,7 @@ class RoundLoop:
         selection = self.control.select(round_no, profiles, self.result.history)
         if not selection.site_ids:
             raise RunFailed(f"policy {self.run.policy} selected no site in round {round_no}")
-        rows = site_rows(profiles, selection.site_ids)
-        return selection, {
-            site: profiles.profile(rows[site]) for site in selection.site_ids if site in rows
-        }
+        return selection, profiles.selected(selection.site_ids)
 
     def _train(
         self, round_no: int, selection: Selection, planned: ModelRound, wall: WallTimes
@@ -308,11 +280,11 @@ class RoundLoop:
 
     def _record(self, done: FinishedRound) -> None:
         """Write the round's row and decision, add it to the history, publish it."""
-        row = round_row(self.run, self.clock, done)
-        self.recorder.add_round(row, decision_entry(self.run, self.clock, done))
-        self.result.history.append(history_record(done))
-        self.metrics.show_round(row)
-        self.state.publish_round(self.result.history[-1])
+        files = round_files(self.run, self.clock, done)
+        self.recorder.add_round(files.row, files.decision)
+        self.result.history.append(files.history)
+        self.metrics.show_round(files.row)
+        self.state.publish_round(files.history)
 
     def _stop_after(self, accuracy: float) -> bool:
         result = self.result
@@ -335,16 +307,8 @@ class RoundLoop:
         self, round_no: int, weights: dict[str, np.ndarray], model_version: int
     ) -> None:
         """Model plus every piece of loop state the following rounds depend on."""
-        last_selection, last_profiles = self.control.checkpoint_replies()
-        self.checkpoints.save(
-            round_no,
-            weights,
-            model_version,
-            self.result,
-            self.state.dead_sites(),
-            last_selection,
-            last_profiles,
-        )
+        record = CheckpointRecord(round_no, model_version, weights, self.result)
+        self.checkpoints.save(record, self.state, self.control)
 
     # ---- the whole run -----------------------------------------------------------------
     def execute(self) -> LoopResult:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from powertrip.core.footprint import FootprintTotals
 
 
@@ -109,3 +111,24 @@ class LoopResult:
             ),
             footprint_at_target=data.get("footprint_at_target"),
         )
+
+
+@dataclass
+class CheckpointRecord:
+    """Everything a run continues from after a crash: one record that each owner of loop
+    state fills in and restores from, so no one gathers the pieces by hand. The round loop
+    gives the round, the model and the result; `AggregatorState.checkpoint_into` the dead
+    sites; `ControlClient.checkpoint_into` its last good replies. `CheckpointStore` writes
+    and reads the record."""
+
+    round: int  # the last round in it
+    model_version: int
+    weights: dict[str, np.ndarray]
+    result: LoopResult
+    dead_sites: list[str] = field(default_factory=list)
+    #: the control client's last good replies, as the bytes of their messages: a Selection
+    #: (without its shadow decisions), a SiteColumns, and in checkpoints written before the
+    #: profiles' file the profiler's GetProfilesResponse
+    last_selection: bytes | None = None
+    last_profiles: bytes | None = None
+    last_profiles_reply: bytes | None = None

@@ -19,10 +19,9 @@ import numpy as np
 
 from powertrip.rpc.chunkwire import encode_chunks
 from powertrip.rpc.tensors import TensorAssembler, TensorSpec, layout_of
-from services.aggregator.columns import site_rows
 from services.aggregator.domain import Profiles
 from services.aggregator.round import PartialUpload, RoundInProgress
-from services.aggregator.run_result import RoundRecord
+from services.aggregator.run_result import CheckpointRecord, RoundRecord
 from services.aggregator.tasks import Task
 
 
@@ -454,7 +453,7 @@ class AggregatorState:
         dead = self.dead_sites()
         if not dead:
             return profiles
-        rows = site_rows(profiles, dead)
+        rows = profiles.rows_of(dead)
         return profiles.with_dead(rows[site] for site in dead if site in rows)
 
     def dead_sites(self) -> set[str]:
@@ -516,7 +515,8 @@ class AggregatorState:
 
         A delta accepted before the end may still be summing: it counts, and is waited
         for. Sites that missed the deadline are marked failed and dead (excluded until
-        heard from). Returns (those sites, sorted; how many sites are dead now).
+        heard from), and FedAvg stops waiting on them. Returns (those sites, sorted; how
+        many sites are dead now).
         """
         with self.lock:
             finished = self.changed.wait_for(
@@ -528,13 +528,27 @@ class AggregatorState:
             missing = [] if finished else sorted(progress.expected - progress.received)
             progress.failed.update(missing)
             self.dead.update(missing)
-            return missing, len(self.dead)
+            dead_now = len(self.dead)
+        if missing:  # off the state's lock, as every use of the accumulator's own
+            progress.fedavg.skip(missing)
+        return missing, dead_now
 
     # ---- status --------------------------------------------------------------------------
     def start_running(self, max_rounds: int) -> None:
         with self.lock:
             self.status.state = "running"
             self.status.max_rounds = max_rounds
+
+    def checkpoint_into(self, record: CheckpointRecord) -> None:
+        """The state's part of a checkpoint: which sites are dead."""
+        record.dead_sites = sorted(self.dead_sites())
+
+    def restore_checkpoint(self, record: CheckpointRecord) -> None:
+        """Resume from `record`: its model, its dead sites, and its last round on show."""
+        self.set_model(record.weights, version=record.model_version)
+        self.restore_dead(record.dead_sites)
+        if record.result.history:
+            self.restore_status(record.result.history[-1], record.result.rounds)
 
     def restore_status(self, last: RoundRecord, rounds: int) -> None:
         """A resumed run shows its last checkpointed round until the next one finishes."""

@@ -18,11 +18,10 @@ from powertrip.core.policies.base import PastRound
 from powertrip.rpc.sitecolumns import row_of
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.checkpoint_store import CheckpointError, CheckpointStore
-from services.aggregator.columns import site_rows
 from services.aggregator.control_client import ControlClient, profiles_of
 from services.aggregator.metrics import AggregatorMetrics
 from services.aggregator.records import WALL_HEADER, WallTimes
-from services.aggregator.run_result import LoopResult
+from services.aggregator.run_result import CheckpointRecord, LoopResult
 from services.aggregator.state import AggregatorState
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import Measured, ProfileBook
@@ -109,7 +108,7 @@ def test_site_rows_finds_what_a_full_map_finds():
         columns = profiles_of(common_pb2.SiteColumns(site_id=order))
         wanted = ["site-049", "site-000", "site-017", "site-999", "bogus"]
         full = row_of(common_pb2.SiteColumns(site_id=order))
-        assert site_rows(columns, wanted) == {s: full[s] for s in wanted if s in full}
+        assert columns.rows_of(wanted) == {s: full[s] for s in wanted if s in full}
 
 
 def test_dead_sites_are_marked_in_a_copy_and_only_when_there_are_any():
@@ -146,10 +145,17 @@ def _replies(selection, columns) -> tuple[bytes | None, bytes | None]:
     return client.checkpoint_replies()
 
 
-def _resumed(resumed) -> ControlClient:
-    """A control client resumed from the checkpoint `resumed`."""
+def _record(round_no: int, weights, selection: bytes | None, profiles: bytes | None):
+    """A checkpoint record of round `round_no` holding a control client's replies."""
+    return CheckpointRecord(
+        round_no, round_no, weights, LoopResult(), last_selection=selection, last_profiles=profiles
+    )
+
+
+def _resumed(record) -> ControlClient:
+    """A control client resumed from the checkpoint `record`."""
     client = _client()
-    client.restore(resumed.last_selection, resumed.last_profiles, resumed.last_profiles_reply)
+    client.restore_checkpoint(record)
     return client
 
 
@@ -160,10 +166,10 @@ def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path
     selection.shadows.add(policy="all", k=2, site_ids=["site-000", "site-001"])
     ckpt = tmp_path / runfiles.CHECKPOINT_DIR
 
-    store.save(1, weights, 1, LoopResult(), set(), *_replies(selection, _columns(0.25)))
+    store.save(_record(1, weights, *_replies(selection, _columns(0.25))))
     (first,) = ckpt.glob("profiles-*.pb")
     written = first.stat().st_mtime_ns
-    store.save(2, weights, 2, LoopResult(), set(), *_replies(selection, _columns(0.25)))
+    store.save(_record(2, weights, *_replies(selection, _columns(0.25))))
     assert [p.name for p in ckpt.glob("profiles-*.pb")] == [first.name]
     assert first.stat().st_mtime_ns == written  # unchanged profiles: not written again
     resumed = _resumed(store.load(weights))
@@ -172,7 +178,7 @@ def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path
     assert list(resumed.last_selection.site_ids) == ["site-001"]
     assert not resumed.last_selection.shadows  # nothing reads them back
 
-    store.save(3, weights, 3, LoopResult(), set(), *_replies(selection, _columns(0.75)))
+    store.save(_record(3, weights, *_replies(selection, _columns(0.75))))
     (changed,) = ckpt.glob("profiles-*.pb")
     assert changed.name != first.name
     assert _resumed(store.load(weights))._last_columns == _columns(0.75)
@@ -187,7 +193,7 @@ def test_a_checkpoint_with_inline_profiles_still_loads(tmp_path):
 
     store = CheckpointStore(tmp_path, RunConfig(workload="synthetic", num_sites=2))
     weights = {"w": np.arange(4, dtype=np.float32)}
-    store.save(1, weights, 1, LoopResult(), set(), *_replies(None, _columns(0.5)))
+    store.save(_record(1, weights, *_replies(None, _columns(0.5))))
     state_path = tmp_path / runfiles.CHECKPOINT_DIR / "state.json"
     state = json.loads(state_path.read_text())
     del state["last_profiles_file"], state["last_profiles_sha256"]

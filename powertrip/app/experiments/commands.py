@@ -17,6 +17,7 @@ import yaml
 from powertrip.app.experiments.launcher import Deployment
 from powertrip.app.experiments.runner import UNBOUNDED_ROUNDS, RunOutcome, policy_names, run_once
 from powertrip.core import policyparams, runfiles
+from powertrip.core.clocks import clock_kind
 from powertrip.core.config import ConfigError, RunConfig, experiment_differences
 
 #: The paper's comparison (§5.3, Fig. 9), PowerTrip first so its time sets the budget.
@@ -197,7 +198,7 @@ def time_bound(config: RunConfig, explicit: Collection[str]) -> tuple[RunConfig,
     DEFAULT_TIME_BUDGET_H; a round cap they did not set is lifted, so the budget ends every
     run; a budget of 0 they did set means no budget, the round cap as before."""
     config = dataclasses.replace(config, policy_params=dict(config.policy_params))
-    kind = "simulated" if config.clock == "simulated" else "wall-clock"
+    kind = clock_kind(config.clock).adjective
     if "max_sim_hours" in explicit:
         source = "as set"
     else:

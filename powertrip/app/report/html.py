@@ -16,6 +16,7 @@ from typing import Any
 from powertrip.app.report.comparison import comparison_table_parts
 from powertrip.app.report.objectives import OBJECTIVES
 from powertrip.app.report.result import RunResult
+from powertrip.core.clocks import clock_kind
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;
@@ -206,9 +207,7 @@ def comparison_table(runs: Sequence[RunResult], objective: str = "time") -> Tabl
 
 
 def clock_text(clock: str) -> str:
-    if clock == "wall":
-        return "wall clock"
-    return "simulated clock: time from the model, real training"
+    return clock_kind(clock).text
 
 
 def config_table(

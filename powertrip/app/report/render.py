@@ -29,6 +29,7 @@ from powertrip.app.report.result import ReportError, RunResult
 from powertrip.app.report.run_plots import plot_run
 from powertrip.app.report.rundir import is_run_dir, load_run, run_subdirs, sweep_subdirs
 from powertrip.app.report.sweep import best_k, sweep_rows, write_sweep
+from powertrip.core.clocks import clock_kind
 
 
 def detect(dir: str | Path) -> str:
@@ -100,11 +101,8 @@ def _status_notes(run: RunResult) -> list[str]:
     notes = []
     if run.summary.get("status") == "failed":
         notes.append(f"This run failed: {run.summary.get('message') or 'no message'}.")
-    if run.clock != "wall":
-        notes.append(
-            "Times are on the simulated clock: training and accuracy are real, the time each "
-            "round takes comes from the paper's time model."
-        )
+    if note := clock_kind(run.clock).report_note:
+        notes.append(note)
     return notes
 
 
