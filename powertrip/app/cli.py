@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
     if args.command == "site-bundle":
         return _site_bundle(args)
+    if args.command in ("ls", "status"):
+        return _operate(args)
     if args.command == "policies":
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
     if args.command == "report":
@@ -205,6 +207,30 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             return _interrupted("powertrip", exc, _resume_hint(args))
     return EXIT_USAGE
+
+
+def _operate(args: argparse.Namespace) -> int:
+    """`ls` and `status`: 0 with the answer; 2 for a directory that is not there; 1 when
+    the aggregator cannot be reached or refuses."""
+    from powertrip.app import operate
+    from powertrip.rpc.tls import TlsError, load_tls
+
+    try:
+        if args.command == "ls":
+            print(operate.ls_output(Path(args.dir), args.format))
+            return 0
+        try:
+            tls = load_tls(args)
+        except TlsError as exc:
+            print(f"powertrip status: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        credentials = tls.channel_credentials() if tls else None
+        status = operate.status_of(args.address, credentials, args.timeout_s)
+    except operate.OperateError as exc:
+        print(f"powertrip {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if args.command == "ls" else EXIT_RUN_FAILED
+    print(operate.dumps(status) if args.format == "json" else operate.status_lines(status))
+    return 0
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

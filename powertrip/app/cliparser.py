@@ -6,9 +6,14 @@ import argparse
 import importlib.metadata
 
 from powertrip.core.workloads import REGISTRY
+from powertrip.rpc.tls import add_tls_flags
 
 WORKLOADS = ", ".join(sorted(REGISTRY))
 SERVICES = ("aggregator", "site_worker", "profiler", "policy")
+
+
+#: what `ls` and `status` print: aligned columns, or JSON for scripts (powertrip.app.operate)
+FORMATS = ("table", "json")
 
 
 def version() -> str:
@@ -178,6 +183,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_objective_option(report)
 
     sub.add_parser("policies", help="list the site-selection policies")
+
+    listing = sub.add_parser(
+        "ls",
+        help="the runs under a directory: state, policy, rounds, time to target",
+        description="List every run directory under DIR (one with a rounds.csv or a "
+        "summary.json) with its state (done, failed, or in progress or stopped when it has no "
+        "summary yet), policy, workload, clock, rounds, final accuracy, time to target and why "
+        "it stopped.",
+    )
+    listing.add_argument("dir", nargs="?", default="runs", help="where to look (default runs/)")
+    listing.add_argument("--format", choices=FORMATS, default="table", help="table or json")
+
+    status = sub.add_parser(
+        "status",
+        help="a deployed aggregator's run: state, round, k, sites alive, accuracy",
+        description="Ask a running aggregator (its GetStatus RPC) where its run stands. Exit "
+        "0 with the status, 1 when the aggregator cannot be reached or refuses.",
+    )
+    status.add_argument("address", help="the aggregator's host:port")
+    status.add_argument("--format", choices=FORMATS, default="table", help="table or json")
+    status.add_argument(
+        "--timeout-s", type=float, default=5.0, help="how long to wait for the answer"
+    )
+    add_tls_flags(status)
 
     data = sub.add_parser("data", help="inspect or prepare a workload's data")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")

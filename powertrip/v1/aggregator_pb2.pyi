@@ -208,7 +208,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_id", "state", "round", "max_rounds", "accuracy", "sim_time_s", "k", "registered_sites", "num_sites", "message", "last")
+    __slots__ = ("run_id", "state", "round", "max_rounds", "accuracy", "sim_time_s", "k", "registered_sites", "num_sites", "message", "last", "dead_sites")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class RunStatus(_message.Message):
     NUM_SITES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    DEAD_SITES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     state: str
     round: int
@@ -231,4 +232,5 @@ class RunStatus(_message.Message):
     num_sites: int
     message: str
     last: _common_pb2.RoundRecord
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[str] = ..., round: _Optional[int] = ..., max_rounds: _Optional[int] = ..., accuracy: _Optional[float] = ..., sim_time_s: _Optional[float] = ..., k: _Optional[int] = ..., registered_sites: _Optional[int] = ..., num_sites: _Optional[int] = ..., message: _Optional[str] = ..., last: _Optional[_Union[_common_pb2.RoundRecord, _Mapping]] = ...) -> None: ...
+    dead_sites: int
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[str] = ..., round: _Optional[int] = ..., max_rounds: _Optional[int] = ..., accuracy: _Optional[float] = ..., sim_time_s: _Optional[float] = ..., k: _Optional[int] = ..., registered_sites: _Optional[int] = ..., num_sites: _Optional[int] = ..., message: _Optional[str] = ..., last: _Optional[_Union[_common_pb2.RoundRecord, _Mapping]] = ..., dead_sites: _Optional[int] = ...) -> None: ...

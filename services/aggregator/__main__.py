@@ -62,7 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stop serving once the run has finished (the embedded CLI uses this)",
     )
-    parser.add_argument("--register-timeout-s", type=float, default=300.0)
+    parser.add_argument(
+        "--register-timeout-s",
+        type=float,
+        default=300.0,
+        help="how long to wait for the sites round 1 needs before the run fails (default 300)",
+    )
+    parser.add_argument(
+        "--min-sites",
+        type=int,
+        default=os.environ.get("POWERTRIP_AGGREGATOR_MIN_SITES") or "0",
+        help="start round 1 once this many sites are hosted (default 0: all of them); the "
+        "others join the ranking from the round after their worker registers, as a site "
+        "that drops and comes back does (env POWERTRIP_AGGREGATOR_MIN_SITES)",
+    )
     add_join_token_flags(parser, "workers must present to register")
     add_insecure_flag(parser)
     parser.add_argument(
@@ -101,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownWorkload) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
+    if not 0 <= args.min_sites <= run.num_sites:
+        print(
+            f"aggregator: --min-sites must be in 0..{run.num_sites} (num_sites; 0 means all), "
+            f"got {args.min_sites}",
+            file=sys.stderr,
+        )
+        return 2
     # who may join: checked after the settings, before anything slow (data, a checkpoint)
     options = serve_options(SPEC, args)
     access = who_may_join(args, options) if options else None
@@ -118,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         policy=args.policy,
         out_dir=Path(args.out),
         register_timeout_s=args.register_timeout_s,
+        min_sites=args.min_sites,
         exit_when_done=args.exit_when_done,
         join_token=join_token,
         resume=args.resume,

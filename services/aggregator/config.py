@@ -18,6 +18,9 @@ class AggregatorConfig:
     policy: str  # host:port
     out_dir: Path
     register_timeout_s: float = 300.0
+    #: round 1 starts once this many sites are hosted (0: all of them); the others join the
+    #: ranking from the round after their worker registers
+    min_sites: int = 0
     exit_when_done: bool = False
     join_token: str = ""  # when set, workers must present it to register
     resume: bool = False  # continue from out_dir/checkpoint

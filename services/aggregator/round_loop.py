@@ -109,23 +109,32 @@ class RoundLoop:
         )
 
     def wait_for_sites(self) -> None:
+        """Wait until enough sites are hosted: all of them, or `--min-sites`. With fewer,
+        the rest join the ranking from the round after they register."""
+        needed = self.config.min_sites or self.run.num_sites
         deadline = time.monotonic() + self.config.register_timeout_s
         # say every 30 s who is missing: with remote sites (POWERTRIP_LOCAL_SITES below
         # POWERTRIP_SITES) the run waits for workers started elsewhere
-        while not self.state.wait_registered(
-            self.run.num_sites, min(deadline, time.monotonic() + 30.0)
-        ):
+        while not self.state.wait_registered(needed, min(deadline, time.monotonic() + 30.0)):
             if time.monotonic() >= deadline:
                 break
             log.info(
-                "waiting for sites: %d of %d registered", self.state.registered_count(),
-                self.run.num_sites,
+                "waiting for sites: %d of %d registered (%d needed to start)",
+                self.state.registered_count(), self.run.num_sites, needed,
             )  # fmt: skip
-        if self.state.registered_count() < self.run.num_sites:
+        hosted = self.state.registered_count()
+        if hosted < needed:
+            least = "" if needed == self.run.num_sites else f" (--min-sites {needed})"
             raise RunFailed(
-                f"only {self.state.registered_count()} of {self.run.num_sites} sites registered "
-                f"within {self.config.register_timeout_s:.0f}s"
+                f"only {hosted} of {self.run.num_sites} sites registered "
+                f"within {self.config.register_timeout_s:.0f}s{least}"
             )
+        if hosted < self.run.num_sites:
+            log.info(
+                "starting with %d of %d sites (--min-sites %d); the others join the ranking "
+                "from the round after their worker registers",
+                hosted, self.run.num_sites, needed,
+            )  # fmt: skip
 
     # ---- one round ---------------------------------------------------------------------
     def dispatch(

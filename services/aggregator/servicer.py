@@ -177,6 +177,7 @@ def status_message(status: RunStatus) -> aggregator_pb2.RunStatus:
         registered_sites=status.registered_sites,
         num_sites=status.num_sites,
         message=status.message,
+        dead_sites=status.dead_sites,
     )
     if status.last is not None:
         message.last.CopyFrom(round_record_message(status.last))

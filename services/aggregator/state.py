@@ -55,6 +55,8 @@ class RunStatus:
     num_sites: int = 0
     message: str = ""
     last: RoundRecord | None = None
+    #: hosted sites that missed a deadline and were not heard from since (status_now)
+    dead_sites: int = 0
 
 
 @dataclass(frozen=True)
@@ -447,14 +449,26 @@ class AggregatorState:
             )
 
     def hide_dead(self, profiles: Profiles) -> Profiles:
-        """`profiles` with dead sites marked unavailable (the policy must not pick them): a
-        marked copy, or `profiles` itself when no site is dead (copying 100,000 sites'
-        columns costs milliseconds every round)."""
-        dead = self.dead_sites()
-        if not dead:
+        """`profiles` with dead sites, and sites no worker has registered yet (a run that
+        started with `--min-sites`), marked unavailable: the policy must not pick them. A
+        marked copy, or `profiles` itself when every site is hosted and alive (copying
+        100,000 sites' columns costs milliseconds every round)."""
+        with self.lock:
+            hidden = self.dead | self._unhosted()
+        if not hidden:
             return profiles
-        rows = profiles.rows_of(dead)
-        return profiles.with_dead(rows[site] for site in dead if site in rows)
+        rows = profiles.rows_of(hidden)
+        return profiles.with_dead(rows[site] for site in hidden if site in rows)
+
+    def _unhosted(self) -> set[str]:
+        """Sites of the run that no worker hosts yet (empty once all have registered)."""
+        if len(self.site_owner) >= len(self._known):
+            return set()
+        return self._known.difference(self.site_owner)
+
+    def unhosted_count(self) -> int:
+        with self.lock:
+            return len(self._unhosted())
 
     def dead_sites(self) -> set[str]:
         with self.lock:
@@ -571,7 +585,7 @@ class AggregatorState:
     def status_now(self) -> RunStatus:
         """A copy of the run's status as it stands."""
         with self.lock:
-            return replace(self.status)
+            return replace(self.status, dead_sites=len(self.dead))
 
     def finish(self, state: str, message: str) -> None:
         """The run is over (`state` done or failed): wake every poller to see `shutdown`."""
