@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     registry = service_registry()
     metrics = AggregatorMetrics(registry, round_deadline_s=run.round_deadline_s)
+    metrics.show_run(Path(args.out).name, run.policy, run.workload, run.clock)
     state = AggregatorState(all_site_ids(run.num_sites))
     loop = RoundLoop(config, state, metrics)
     try:

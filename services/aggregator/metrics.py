@@ -25,6 +25,8 @@ EXPECTED_REJECT_REASONS = (
 AUTH_FAILURE_KINDS = ("join_token", "site_token", "wrong_site_token", "session")
 #: powertrip_dependency_retries_total{dependency}
 DEPENDENCIES = ("profiler", "policy")
+#: powertrip_run_state{state}: one of them is 1 (RunStatus.state's values)
+RUN_STATES = ("waiting_for_sites", "running", "done", "failed")
 
 
 class AggregatorMetrics:
@@ -44,6 +46,25 @@ class AggregatorMetrics:
             registry=registry,
         )
         self.round_deadline.set(round_deadline_s)
+        self.run_info = Gauge(
+            "powertrip_run_info",
+            "The run this aggregator serves: run_id (its output directory's name), policy, "
+            "workload and clock (always 1)",
+            ["run_id", "policy", "workload", "clock"],
+            registry=registry,
+        )
+        self.run_state = Gauge(
+            "powertrip_run_state",
+            "1 for the state the run is in (waiting_for_sites, running, done, failed), 0 else",
+            ["state"],
+            registry=registry,
+        )
+        self.last_progress = Gauge(
+            "powertrip_last_progress_timestamp_seconds",
+            "Unix time the run last made progress: it started running or finished a round "
+            "(PowerTripRunStalled watches it)",
+            registry=registry,
+        )
         self.round = Gauge("powertrip_round", "Last finished round", registry=registry)
         self.selected = Gauge(
             "powertrip_selected_sites",
@@ -125,6 +146,18 @@ class AggregatorMetrics:
             registry=registry,
         )
 
+    def show_run(self, run_id: str, policy: str, workload: str, clock: str) -> None:
+        """Which run this is, before it starts (it waits for its sites)."""
+        self.run_info.labels(run_id, policy, workload, clock).set(1)
+        self.show_state("waiting_for_sites")
+
+    def show_state(self, state: str) -> None:
+        """The run's state; starting to run counts as progress."""
+        for each in RUN_STATES:
+            self.run_state.labels(each).set(1 if each == state else 0)
+        if state == "running":
+            self.last_progress.set_to_current_time()
+
     def show_collected(self, missed: int, dead: int) -> None:
         """A round's collection: the sites that missed its deadline, and the dead now."""
         if missed:
@@ -134,6 +167,7 @@ class AggregatorMetrics:
     def show_round(self, row: RoundRow) -> None:
         """A finished round's gauges and its duration sample."""
         self.round.set(row.round)
+        self.last_progress.set_to_current_time()
         self.selected.set(row.k)
         self.accuracy.set(row.accuracy)
         self.round_duration.labels(row.clock).observe(row.round_time_s)

@@ -328,6 +328,7 @@ class RoundLoop:
             try:
                 self.wait_for_sites()
                 self.state.start_running(self.run.max_rounds)
+                self.metrics.show_state("running")
                 if not self.result.stopped_reason:  # a resumed run may already be over
                     self.run_rounds(self.start_round)
             except (RunFailed, ValueError) as exc:
@@ -337,6 +338,7 @@ class RoundLoop:
             finally:
                 self.write_summary(status, message)
                 self.state.finish(status, message)
+                self.metrics.show_state(status)
         return self.result
 
     def run_rounds(self, first: int) -> None:
