@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
     if args.command == "site-bundle":
         return _site_bundle(args)
+    if args.command == "provision":
+        return _provision(args)
     if args.command in ("ls", "status"):
         return _operate(args)
     if args.command == "policies":
@@ -207,6 +209,25 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             return _interrupted("powertrip", exc, _resume_hint(args))
     return EXIT_USAGE
+
+
+def _provision(args: argparse.Namespace) -> int:
+    """`powertrip provision`: every site's bundle and the aggregator's token file."""
+    from powertrip.app.provision import TOKENS_FILE, ProvisionError, load_plan, provision
+
+    try:
+        plan = load_plan(Path(args.sites_file))
+        bundles = provision(plan, Path(args.secrets), Path(args.out))
+    except ProvisionError as exc:
+        print(f"powertrip provision: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out)
+    print(f"{plan.deployment}: {len(bundles)} site bundle(s) in {out}: {', '.join(bundles)}")
+    print(
+        f"aggregator: --site-tokens {out / 'aggregator' / TOKENS_FILE} --site-certs "
+        "(each site's token and certificate are its own; copy each bundle privately)"
+    )
+    return 0
 
 
 def _operate(args: argparse.Namespace) -> int:

@@ -270,6 +270,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="another setting for site.env, e.g. POWERTRIP_LOG_FORMAT=json (repeatable)",
     )
 
+    provision = sub.add_parser(
+        "provision",
+        help="every site's bundle at once, each with its own certificate and join token",
+        description="Read a sites file (deployment, aggregator, profiler, sites: see "
+        "powertrip/app/provision.py) and write OUT/<site>/ bundles, each with a certificate "
+        "naming its site and its own join token, and OUT/aggregator/site-tokens.yaml for the "
+        "aggregator's --site-tokens (with --site-certs it also checks the certificates).",
+    )
+    provision.add_argument("sites_file", help="the sites file (YAML)")
+    provision.add_argument(
+        "--secrets",
+        required=True,
+        help="the deployment's ca.crt, ca.key and join-token (JOIN_TOKEN=1 "
+        "deploy/tls/make-certs.sh DIR writes them)",
+    )
+    provision.add_argument("--out", required=True, help="a new directory for the bundles")
+
     serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
     serve.add_argument("service", choices=SERVICES)
     serve.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")

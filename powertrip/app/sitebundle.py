@@ -26,6 +26,8 @@ from pathlib import Path
 #: where the container sees the bundle (the `-v BUNDLE:MOUNT:ro` of docker-run.sh)
 MOUNT = "/run/secrets/powertrip"
 ENV_FILE = "site.env"
+#: the site's own token, in the worker's --site-tokens format (only with a per-site token)
+SITE_TOKENS = "site-tokens.yaml"
 RUN_SCRIPT = "docker-run.sh"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
@@ -50,6 +52,9 @@ class BundleSpec:
     threads: int = 8
     days: int = 825
     extra_env: tuple[tuple[str, str], ...] = ()
+    #: the site's own join token (`powertrip provision`): the bundle then holds it in
+    #: site-tokens.yaml and the worker presents it; the aggregator's --site-tokens has it too
+    site_token: str = ""
 
     @property
     def worker(self) -> str:
@@ -57,6 +62,8 @@ class BundleSpec:
 
 
 def _check(spec: BundleSpec) -> None:
+    if spec.site_token and not spec.site:
+        raise BundleError("a per-site token needs the site it belongs to (--site)")
     for what, value in (("--aggregator", spec.aggregator), ("--profiler", spec.profiler)):
         if not ADDRESS.match(value):
             raise BundleError(f"{what} {value!r}: expected host:port as the VM reaches it")
@@ -92,7 +99,7 @@ def _sign(spec: BundleSpec, cert: Path, key: Path) -> None:
             "basicConstraints=CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
             "extendedKeyUsage=serverAuth,clientAuth\n"
-            f"subjectAltName=DNS:{name},DNS:localhost,IP:127.0.0.1\n"
+            f"subjectAltName={_alt_names(spec)}\n"
         )
         old = os.umask(0o077)
         try:
@@ -110,6 +117,13 @@ def _sign(spec: BundleSpec, cert: Path, key: Path) -> None:
             "-days", str(spec.days), "-sha256", "-extfile", str(ext), "-out", str(cert),
         )  # fmt: skip
     _openssl("verify", "-CAfile", str(spec.secrets / "ca.crt"), str(cert))
+
+
+def _alt_names(spec: BundleSpec) -> str:
+    """The certificate's names: the worker's, its site's (what an aggregator started with
+    --site-certs checks a registration against), localhost and 127.0.0.1."""
+    names = [spec.worker, *([spec.site] if spec.site and spec.site != spec.worker else [])]
+    return ",".join([*(f"DNS:{n}" for n in names), "DNS:localhost", "IP:127.0.0.1"])
 
 
 def env_lines(spec: BundleSpec) -> list[str]:
@@ -130,6 +144,7 @@ def env_lines(spec: BundleSpec) -> list[str]:
         "POWERTRIP_TLS_KEY": f"{MOUNT}/tls.key",
         "POWERTRIP_TLS_CA": f"{MOUNT}/ca.crt",
         "POWERTRIP_SITE_WORKER_DEVICE": "cuda" if spec.gpus else "auto",
+        **({"POWERTRIP_SITE_TOKENS": f"{MOUNT}/{SITE_TOKENS}"} if spec.site_token else {}),
         **dict(spec.extra_env),
     }
     for key, value in env.items():
@@ -161,6 +176,10 @@ def make_bundle(spec: BundleSpec) -> list[Path]:
     token = out / "join-token"
     token.write_text((spec.secrets / "join-token").read_text().strip() + "\n")
     token.chmod(0o600)
+    if spec.site_token:
+        own = out / SITE_TOKENS
+        own.write_text(f"{spec.site}: {spec.site_token}\n")
+        own.chmod(0o600)
     _sign(spec, out / "tls.crt", out / "tls.key")
     (out / "tls.key").chmod(0o600)
     (out / ENV_FILE).write_text("\n".join(env_lines(spec)) + "\n")

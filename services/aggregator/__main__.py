@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.envnames import flag_on
 from powertrip.core.workloads import DataError, UnknownWorkload, get_workload
 from powertrip.rpc.auth import (
     AuthConfigError,
@@ -85,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         "its token (env POWERTRIP_SITE_TOKENS)",
     )
     parser.add_argument(
+        "--site-certs",
+        action="store_true",
+        default=flag_on("POWERTRIP_AGGREGATOR_SITE_CERTS"),
+        help="a worker may host a site only if its client certificate names it (CN or "
+        "subjectAltName DNS, as `powertrip provision` makes them); needs mutual TLS "
+        "(env POWERTRIP_AGGREGATOR_SITE_CERTS=1)",
+    )
+    parser.add_argument(
         "--max-threads",
         type=int,
         default=int(os.environ.get("POWERTRIP_AGGREGATOR_THREADS", 128)),
@@ -127,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     if options is None or access is None:
         return 2
     join_token, site_tokens = access
+    if args.site_certs and options.tls is None:
+        print(
+            "aggregator: --site-certs checks each worker's client certificate: it needs "
+            "mutual TLS (--tls-cert, --tls-key, --tls-ca)",
+            file=sys.stderr,
+        )
+        return 2
     try:  # tau_source measured: tau_s measured now, before round 1 (fixed: unchanged)
         run = run_with_tau(run, Path(args.out), resume=args.resume)
     except DataError as exc:
@@ -156,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
     servicer = AggregatorServicer(
-        state, run_spec(config), metrics, join_token=join_token, site_tokens=site_tokens
-    )
+        state, run_spec(config), metrics, join_token=join_token, site_tokens=site_tokens,
+        site_certs=args.site_certs,
+    )  # fmt: skip
     stop = threading.Event()
 
     def start_loop(_running) -> None:

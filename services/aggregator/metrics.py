@@ -22,7 +22,7 @@ EXPECTED_REJECT_REASONS = (
     "wrong_identity",
 )
 #: powertrip_auth_failures_total{kind}: what the servicer refuses, exported at 0 from the start
-AUTH_FAILURE_KINDS = ("join_token", "site_token", "wrong_site_token", "session")
+AUTH_FAILURE_KINDS = ("join_token", "site_token", "wrong_site_token", "site_certificate", "session")
 #: powertrip_dependency_retries_total{dependency}
 DEPENDENCIES = ("profiler", "policy")
 #: powertrip_run_state{state}: one of them is 1 (RunStatus.state's values)

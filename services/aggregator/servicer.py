@@ -45,6 +45,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         metrics: AggregatorMetrics,
         join_token: str = "",
         site_tokens: dict[str, str] | None = None,
+        site_certs: bool = False,
     ):
         self.state = state
         self.spec = spec
@@ -52,6 +53,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         self.join_token = join_token
         self.site_tokens = dict(site_tokens or {})
         self._token_owner = {token: site for site, token in self.site_tokens.items()}
+        self.site_certs = site_certs
         self.uploads = DeltaReceiver(state, metrics)
 
     def _check_site_tokens(self, request, context) -> None:
@@ -78,10 +80,31 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                 grpc.StatusCode.UNAUTHENTICATED, f"site_tokens[{site}]: missing or wrong token"
             )
 
+    def _check_site_certificate(self, request, context) -> None:
+        """--site-certs: every site the worker asks for must be named by its client
+        certificate (its CN or a subjectAltName), so a bundle cannot host another site."""
+        names = certificate_names(context)
+        if not request.site_ids:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "site_ids: this aggregator binds sites to certificates; name the sites to host",
+            )
+        foreign = [s for s in request.site_ids if s not in names]
+        if foreign:
+            self.metrics.auth_failures.labels("site_certificate").inc()
+            shown = ", ".join(sorted(names)) or "none (no client certificate)"
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"site(s) {', '.join(foreign[:5])}: not named by the caller's certificate "
+                f"(it names {shown})",
+            )
+
     def Register(self, request, context):
         if self.join_token and not tokens_match(request.join_token, self.join_token):
             self.metrics.auth_failures.labels("join_token").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong join token")
+        if self.site_certs:
+            self._check_site_certificate(request, context)
         if self.site_tokens:
             self._check_site_tokens(request, context)
         try:
@@ -146,6 +169,16 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
 
     def GetStatus(self, request, context):
         return status_message(self.state.status_now())
+
+
+def certificate_names(context) -> set[str]:
+    """The names the caller's verified client certificate gives: its common name and its
+    subjectAltNames (empty without mutual TLS)."""
+    auth = context.auth_context() or {}
+    names: set[str] = set()
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        names.update(v.decode(errors="replace") for v in auth.get(key, []))
+    return names
 
 
 def task_message(task: Task) -> aggregator_pb2.Task:
