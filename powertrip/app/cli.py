@@ -167,7 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("ls", "status"):
         return _operate(args)
     if args.command == "policies":
+        if args.format == "json":
+            from powertrip.core.policies import catalogue
+
+            print(json.dumps(catalogue(), indent=2))
+            return 0
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
+    if args.command == "config":
+        return _config(args)
+    if args.command == "logs":
+        from powertrip.app.operate import follow_logs
+
+        return follow_logs(Path(args.run), args.service, args.tail, args.follow)
+    if args.command == "audit":
+        return subprocess.call([sys.executable, "-m", "services.aggregator.audit", *args.args])
     if args.command == "report":
         return _report(args)
     if args.command == "data":
@@ -209,6 +222,40 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             return _interrupted("powertrip", exc, _resume_hint(args))
     return EXIT_USAGE
+
+
+def _config(args: argparse.Namespace) -> int:
+    """`powertrip config show|validate`: the configuration `run` would use, and its sources."""
+    from powertrip.core.workloads import DataError, UnknownWorkload
+
+    try:
+        config = load_config(args)
+        if args.env:
+            config = config.with_environment(dict(os.environ)).validate()
+        resolved = _resolve_workload(config)
+    except (ConfigError, DataError, UnknownWorkload) as exc:
+        print(f"powertrip config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.config_command == "validate":
+        print(f"valid: {resolved.policy} on {resolved.workload}, {resolved.num_sites} sites")
+        return 0
+    values = resolved.to_dict()
+    sources = config.sources()
+    origin = {k: sources.get(k, "workload default" if k in _filled(config, resolved) else
+                             "default") for k in values}  # fmt: skip
+    if args.format == "json":
+        print(json.dumps({"config": values, "sources": origin}, indent=2))
+        return 0
+    for key, value in values.items():
+        text = yaml.safe_dump({key: value}, default_flow_style=True, width=10**6).strip()
+        print(f"{text[1:-1]}  # {origin[key]}")
+    return 0
+
+
+def _filled(given: RunConfig, resolved: RunConfig) -> set[str]:
+    """Settings the workload's defaults filled in (left unset by every source)."""
+    a, b = given.to_dict(), resolved.to_dict()
+    return {k for k in b if a.get(k) != b[k]}
 
 
 def _provision(args: argparse.Namespace) -> int:

@@ -182,7 +182,53 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir")
     _add_objective_option(report)
 
-    sub.add_parser("policies", help="list the site-selection policies")
+    policies = sub.add_parser("policies", help="list the site-selection policies")
+    policies.add_argument("--format", choices=FORMATS, default="table", help="table or json")
+
+    config = sub.add_parser(
+        "config",
+        help="the resolved run configuration and where each setting came from, or a check",
+        description="`show` prints the configuration `powertrip run` would use with the same "
+        "flags (workload defaults filled in) and the source of each setting: a file, a "
+        "flag, --set, a POWERTRIP_RUN_* variable (with --env) or the default. `validate` "
+        "checks it: exit 0 when valid, 2 with the error naming the setting and its source.",
+    )
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    for action, what in (("show", "print it"), ("validate", "check it")):
+        each = config_sub.add_parser(action, help=f"{what}: same flags as `powertrip run`")
+        _add_run_options(each)
+        each.add_argument("--policy", help="site-selection policy")
+        each.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+        each.add_argument(
+            "--env",
+            action="store_true",
+            help="apply POWERTRIP_RUN_* variables from the environment, as the container "
+            "entry point does",
+        )
+        each.add_argument("--format", choices=("yaml", "json"), default="yaml")
+
+    logs = sub.add_parser(
+        "logs",
+        help="a run's service logs; -f follows them until the run ends",
+        description="Print the logs of a run directory's services (RUN/logs/*.log), each line "
+        "prefixed with its process. -f follows new lines until the run's summary appears or "
+        "Ctrl-C.",
+    )
+    logs.add_argument("run", help="the run directory")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow new lines")
+    logs.add_argument(
+        "--service", default="", help="only this process's log (aggregator, policy, ...)"
+    )
+    logs.add_argument("--tail", type=int, default=20, help="last lines of each log (default 20)")
+
+    audit = sub.add_parser(
+        "audit",
+        help="recompute a run's model from its audited deltas and check it",
+        description="Same as `python -m services.aggregator.audit AUDIT_DIR RUN_DIR`: the "
+        "aggregator kept every accepted delta with --audit-dir; this recomputes each round's "
+        "FedAvg from them and checks the model the run ended with.",
+    )
+    audit.add_argument("args", nargs=argparse.REMAINDER, help="the audit's own arguments")
 
     listing = sub.add_parser(
         "ls",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,59 @@ def ls_output(root: Path, fmt: str) -> str:
     if not rows:
         return f"no runs under {root}"
     return table(rows, LS_COLUMNS)
+
+
+def log_files(run: Path, service: str = "") -> list[Path]:
+    """A run's service logs (RUN/logs/*.log), or the one of `service` (its name or the
+    start of it: `site_worker` matches site_worker:0 and site_worker:1)."""
+    logs = run / runfiles.LOGS_DIR
+    if not logs.is_dir():
+        raise OperateError(f"{run}: no {runfiles.LOGS_DIR}/ folder (not a run directory?)")
+    files = sorted(logs.glob("*.log"))
+    if service:
+        files = [f for f in files if f.stem == service or f.stem.startswith(service + ":")]
+        if not files:
+            names = ", ".join(sorted(f.stem for f in logs.glob("*.log"))) or "none"
+            raise OperateError(f"{run}: no log of {service!r}; there are: {names}")
+    return files
+
+
+def follow_logs(
+    run: Path, service: str = "", tail: int = 20, follow: bool = False, poll_s: float = 0.5
+) -> int:
+    """Print the last `tail` lines of each log, each prefixed with its process; with
+    `follow`, then every new line until the run's summary.json appears (one last read) or
+    Ctrl-C. Exit 0; 2 for a directory without logs; 130 on Ctrl-C."""
+    try:
+        files = log_files(run, service)
+    except OperateError as exc:
+        print(f"powertrip logs: {exc}", file=sys.stderr)
+        return 2
+    offsets: dict[Path, int] = {}
+    for path in files:
+        lines = path.read_text(errors="replace").splitlines()
+        for line in lines[-tail:] if tail > 0 else []:
+            print(f"[{path.stem}] {line}")
+        offsets[path] = path.stat().st_size
+    if not follow:
+        return 0
+    try:
+        while True:
+            done = (run / runfiles.SUMMARY).exists()
+            for path in log_files(run, service):  # a worker started later has a new log
+                start = offsets.get(path, 0)
+                size = path.stat().st_size
+                if size > start:
+                    with path.open("rb") as f:
+                        f.seek(start)
+                        data = f.read(size - start)
+                    # print whole lines only; a partial last line waits for the next read
+                    whole = data[: data.rfind(b"\n") + 1]
+                    for line in whole.decode(errors="replace").splitlines():
+                        print(f"[{path.stem}] {line}", flush=True)
+                    offsets[path] = start + len(whole)
+            if done:
+                return 0
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        return 130

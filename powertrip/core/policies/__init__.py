@@ -53,6 +53,24 @@ SERVICE_PARAMS = ("use_measured",)
 ALIASES = frozenset({"centralized-25", "centralized-50"})
 
 
+def catalogue() -> list[dict]:
+    """Every policy as data (what `powertrip policies --format json` prints): its name,
+    summary, details and default parameters (a choice by its name, e.g. gain: separable)."""
+    from powertrip.core.policyparams import CHOICES, decode
+
+    return [
+        {
+            "name": name,
+            "summary": cls.summary,
+            "details": cls.details,
+            "params": {
+                k: decode(k, v) if k in CHOICES else v for k, v in cls.default_params.items()
+            },
+        }
+        for name, cls in REGISTRY.items()
+    ]
+
+
 def get_policy(name: str) -> Policy:
     """A fresh policy by name; an unknown name is a PolicyError listing the valid ones."""
     try:
