@@ -176,6 +176,24 @@ def test_gain_flat_in_k_never_grows():
     assert sum(k > 2 for k in ks) <= 8
 
 
+def test_shrink_in_fit_never_shrinks_below_the_k_the_fit_has_seen():
+    # off (default): gain flat in k, so the fit extrapolates to k = 1 and shrinks there
+    assert 1 in simulate(FLAT, 60)[0]
+    ks, decisions, _ = simulate(FLAT, 60, params={"shrink_in_fit": 1})
+    assert min(ks) == 2  # k0 = 2 is the smallest k the fit ever saw
+    for prev, d in zip(ks, decisions[1:], strict=False):
+        down = d.explanation.get("bounds", [1])[0]
+        if d.explanation["fit"]["slope"] is not None:  # known: bounded by the window's k
+            assert down >= 2 and d.k >= 2, (prev, d.explanation["reason"])
+    # a window of rounds at k = 5 and 6 only: no shrink below 5, however flat the gain
+    table = gentle_table()
+    history = history_at([5] * 6 + [6] * 7, gain=FLAT, table=table)
+    d = get_policy("adaptive").select(ctx(table, history, params={"shrink_in_fit": 1}))
+    assert d.explanation["bounds"][0] == 5 and d.k >= 5
+    plain = get_policy("adaptive").select(ctx(table, history))
+    assert plain.explanation["bounds"][0] == 4  # min(6 / 1.25, 6 - 2), rounded down
+
+
 def test_gain_rising_with_k_grows_to_near_the_best_static_k():
     ks, _, reached = simulate(RISING, 40, until=0.8)
     assert ks[:4] == [2, 2, 2, 2]

@@ -96,3 +96,20 @@ def test_each_setup_has_its_own_kstar_and_one_without_heldout_runs_is_left_out(t
     trace = rows["trace: powertrip against static k* = 5 (chosen on seeds 0-4), held-out seeds"]
     assert trace.holds == "faster" and trace.seeds == 5
     assert len(H.table(d, {})) == 2
+
+
+def test_an_online_option_is_an_arm_of_its_own_on_training_and_heldout_seeds(tmp_path):
+    _world(tmp_path, {s: 0.95 for s in H.HELDOUT_SEEDS}, {s: 1.1 for s in H.HELDOUT_SEEDS})
+    option = H.option_variant(H.UNIFORM).name
+    assert option == "uniform-adaptive-infit" and option in {v.name for v in H.VARIANTS}
+    for seed in (*H.TRAIN_SEEDS, *H.HELDOUT_SEEDS):
+        write_run(R.run_path(tmp_path, option, seed, "adaptive"), "adaptive", 0.9, [(0.9, 0.5, 4)])
+    d = H.load(tmp_path, {"sweep_k": GRID})
+    assert sorted(d["uniform/train"].runs[H.OPTION_ARM]) == list(H.TRAIN_SEEDS)
+    rows = {r.claim: r for r in H.claims(d, {})}
+    option_row = rows[
+        f"uniform: {H.OPTION_ARM} against static k* = 3 (chosen on seeds 0-4), held-out seeds"
+    ]
+    assert option_row.holds == "faster" and option_row.seeds == 5  # 0.9 h against 1.0 h
+    held, trained = H.table(d, {})
+    assert held.headers[3] == f"{H.OPTION_ARM} (h)" and trained.headers[0] == "training seed"

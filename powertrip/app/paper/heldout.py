@@ -30,8 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from powertrip.app.experiments.suite import Suite, Variant, static_arm
-from powertrip.app.paper.data import UNIFORM, VariantData, fill_runs, load_variant, sample_of
+from powertrip.app.experiments.suite import Suite, Variant, run_path, static_arm
+from powertrip.app.paper.data import (
+    UNIFORM,
+    VariantData,
+    fill_runs,
+    load_done,
+    load_variant,
+    sample_of,
+)
 from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
@@ -43,6 +50,24 @@ HELDOUT_SEEDS = (5, 6, 7, 8, 9)
 ONLINE = ("powertrip", "adaptive")
 #: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12)
 SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE)
+#: beyond the paper, off by default: an option of an online policy judged as an arm of its
+#: own (`adaptive` with shrink_in_fit=1, see its docstring). Its runs differ in the policy's
+#: parameters, so they are a set-up of their own, '<set-up>-adaptive-infit', run on seeds
+#: 0-4 (judged there first) and on the held-out seeds 5-9
+OPTION_ARM = "adaptive+shrink_in_fit"
+OPTION_POLICY, OPTION_PARAMS = "adaptive", {"shrink_in_fit": 1.0}
+
+
+def option_variant(setup: Variant) -> Variant:
+    return Variant(
+        f"{setup.name}-adaptive-infit",
+        f"{setup.label}; adaptive with shrink_in_fit=1",
+        dict(setup.overrides),
+        arm_params={OPTION_POLICY: OPTION_PARAMS},
+    )
+
+
+OPTION_VARIANTS: tuple[Variant, ...] = tuple(option_variant(s) for s in SETUPS)
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
 BOOTSTRAP_RESAMPLES = 10_000
@@ -53,10 +78,11 @@ SUITE = Suite(
     "Not a figure of the paper. The paper compares PowerTrip with the static k* of an "
     "offline sweep; here k* is chosen on seeds 0-4 and every comparison is made on seeds "
     "5-9, with each held-out seed's own best k (the oracle) beside it.",
-    tuple(v.name for v in SETUPS),
+    tuple(v.name for v in (*SETUPS, *OPTION_VARIANTS)),
     ("powertrip", "adaptive", "sweep"),
+    variant_arms={v.name: (OPTION_POLICY,) for v in OPTION_VARIANTS},
 )
-VARIANTS = ()
+VARIANTS = OPTION_VARIANTS
 TABLE_TITLE = "Times per held-out seed"
 
 
@@ -94,6 +120,12 @@ def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantD
         s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
     ]
     heldout.kstar = train.kstar
+    option = option_variant(setup).name
+    for seed in (*TRAIN_SEEDS, *HELDOUT_SEEDS):
+        run = load_done(run_path(out, option, seed, OPTION_POLICY))
+        if run is not None:
+            into = heldout if seed in HELDOUT_SEEDS else train
+            into.runs.setdefault(OPTION_ARM, {})[seed] = run
     return train, heldout
 
 
@@ -199,7 +231,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
     rows = []
     for train, v in _pairs(d):
         k = train.kstar
-        for arm in ONLINE:
+        for arm in (*ONLINE, *([OPTION_ARM] if OPTION_ARM in v.runs else [])):
             for against, label in (
                 ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
                 ("oracle", "each held-out seed's own best static k"),
@@ -227,33 +259,46 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
     tables = []
     for train, v in _pairs(d):
-        rows = []
-        for seed in v.all_seeds:
-            cells = [str(seed)]
-            for arm in (*ONLINE, v.kstar):
-                s = _time(v, seed, arm) if arm is not None else None
-                cells.append(C.fmt_time([s]) if s is not None else "-")
-            found = oracle(v, seed)
-            cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
-            for arm in ONLINE:
-                run = v.runs.get(arm, {}).get(seed)
-                cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
-            rows.append(cells)
-        headers = [
-            "held-out seed",
-            "powertrip (h)",
-            "adaptive (h)",
-            f"static k* = {v.kstar} (h)",
-            "oracle k: time (h)",
-            "powertrip mean k",
-            "adaptive mean k",
-        ]
-        caption = (
+        arms = (*ONLINE, *([OPTION_ARM] if OPTION_ARM in v.runs else []))
+        tables.append(_times_table(v, arms, v.all_seeds, "held-out seed", with_oracle=True))
+        tables[-1].caption = (
             f"{v.label}: k* = {train.kstar} chosen on seeds {train.seeds} over the grid "
             f"{train.sweep}; held-out grid {v.sweep}; '>' a run cut off before the target"
         )
-        tables.append(Table(headers, rows, caption=caption))
+        if OPTION_ARM in train.runs:  # the option judged on the seeds k* was chosen on
+            train_arms = [a for a in (*ONLINE, OPTION_ARM) if a in train.runs]
+            tables.append(_times_table(train, train_arms, train.seeds, "training seed"))
+            tables[-1].caption = (
+                f"{v.label}, training seeds: {OPTION_ARM} beside adaptive and the static k* "
+                "these seeds chose (for static, an oracle here)"
+            )
     return tables
+
+
+def _times_table(
+    v: VariantData, arms: Sequence[str], seeds: Sequence[int], label: str, with_oracle=False
+) -> Table:
+    rows = []
+    for seed in seeds:
+        cells = [str(seed)]
+        for arm in (*arms, v.kstar):
+            s = _time(v, seed, arm) if arm is not None else None
+            cells.append(C.fmt_time([s]) if s is not None else "-")
+        if with_oracle:
+            found = oracle(v, seed)
+            cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
+        for arm in arms:
+            run = v.runs.get(arm, {}).get(seed)
+            cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
+        rows.append(cells)
+    headers = [
+        label,
+        *(f"{a} (h)" for a in arms),
+        f"static k* = {v.kstar} (h)",
+        *(["oracle k: time (h)"] if with_oracle else []),
+        *(f"{a} mean k" for a in arms),
+    ]
+    return Table(headers, rows)
 
 
 def _hours(sample: C.Sample | None) -> float:
