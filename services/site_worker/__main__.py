@@ -32,6 +32,7 @@ from powertrip.rpc.sitetokens import load_site_tokens
 from powertrip.v1 import site_worker_pb2_grpc
 from services.site_worker.config import WorkerConfig
 from services.site_worker.link import LinkError, claim_site, setup_link
+from services.site_worker.metrics import SiteWorkerMetrics
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
 from services.site_worker.telemetry import start_power_reporting
 from services.site_worker.worker import SiteWorker
@@ -261,7 +262,8 @@ def run(args: argparse.Namespace, prepared: Prepared) -> int:
     """Serve the worker until its run ends or a signal stops it; the exit code: 0 done, 1
     the worker failed (an aggregator RPC error included), 2 a data or workload error."""
     config, link, reporter = prepared.config, prepared.link, prepared.reporter
-    worker = SiteWorker(config)
+    registry = service_registry()
+    worker = SiteWorker(config, SiteWorkerMetrics(registry))
     stop = threading.Event()
     outcome: dict = {"code": 0, "error": ""}
     threads: list[threading.Thread] = []
@@ -308,7 +310,7 @@ def run(args: argparse.Namespace, prepared: Prepared) -> int:
                 SiteWorkerServicer(worker), server
             ),
             [SERVICE_NAME],
-            service_registry(),
+            registry,
             on_started=work,
             stop_event=stop,
         )

@@ -31,6 +31,7 @@ from powertrip.rpc.chunkwire import AggregatorStub, encode_chunks
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.site_worker.config import WorkerConfig
+from services.site_worker.metrics import SiteWorkerMetrics
 from services.site_worker.telemetry import energy_delta
 
 log = logging.getLogger("site_worker")
@@ -87,8 +88,9 @@ class WorkerCounters:
 
 
 class SiteWorker:
-    def __init__(self, config: WorkerConfig):
+    def __init__(self, config: WorkerConfig, metrics: SiteWorkerMetrics | None = None):
         self.config = config
+        self.metrics = metrics
         self.counters = WorkerCounters()
         self.site_ids: list[str] = []
         self._stop = False
@@ -164,6 +166,8 @@ class SiteWorker:
         for chunk in stub.DownloadModel(request, timeout=deadline_for(64 << 20)):
             assembler.add(chunk)
         self.counters.bytes_down += assembler.bytes_received
+        if self.metrics is not None:
+            self.metrics.download_bytes.inc(assembler.bytes_received)
         return assembler.finish()
 
     def train(self, tasks: list, weights: dict[str, np.ndarray]) -> list:
@@ -210,7 +214,13 @@ class SiteWorker:
         elapsed = time.monotonic() - start
         joules = 0.0
         if meter is not None:
-            joules = energy_delta(before, meter.read(), elapsed) / len(tasks)
+            after = meter.read()
+            joules = energy_delta(before, after, elapsed) / len(tasks)
+            if self.metrics is not None:
+                self.metrics.gpu_power.set(after.power_w)
+        if self.metrics is not None:
+            for _ in tasks:
+                self.metrics.train_seconds.observe(elapsed / len(tasks))
         return [(result, elapsed / len(tasks), joules) for result in results]
 
     def task_groups(self, tasks) -> list[list]:
@@ -256,7 +266,8 @@ class SiteWorker:
         nbytes = sum(a.nbytes for a in arrays.values())
         log.info("uploading the delta of %s for %s: %d bytes", task.site_id, task.task_id, nbytes)
         first_deadline = deadline_for(nbytes)
-        window_end = time.monotonic() + UPLOAD_WINDOW * first_deadline
+        started = time.monotonic()
+        window_end = started + UPLOAD_WINDOW * first_deadline
         backoff = RESUME_BACKOFF_S[0]
         attempt = 0
         while True:
@@ -283,6 +294,8 @@ class SiteWorker:
                 attempt += 1
         with self._count_lock:  # training threads upload concurrently
             self.counters.bytes_up += nbytes
+        if self.metrics is not None:
+            self.metrics.show_upload(nbytes, time.monotonic() - started, attempt)
 
     def _resume_upload(self, stub, header, arrays: dict, window_end: float) -> None:
         """Ask where the aggregator's copy of this upload ends and send the rest; nothing
@@ -391,6 +404,10 @@ class SiteWorker:
                 self.upload(stub, session, task, result, wall_s, joules)
             except grpc.RpcError as exc:
                 log.warning("upload for %s rejected: %s", task.task_id, exc.details())
+                if self.metrics is not None:
+                    self.metrics.tasks.labels("rejected").inc()
                 continue
             with self._count_lock:
                 self.counters.tasks_done += 1
+            if self.metrics is not None:
+                self.metrics.tasks.labels("accepted").inc()

@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import pytest
 import torch
+from prometheus_client import CollectorRegistry
 
 from powertrip.core.config import RunConfig
 from powertrip.core.fedavg import StreamingFedAvg, apply_delta
@@ -38,6 +39,7 @@ from powertrip.rpc.channels import open_channel
 from powertrip.rpc.tensors import CHUNK_BYTES, TensorAssembler, encode_tensors, layout_of
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.site_worker.config import WorkerConfig
+from services.site_worker.metrics import SiteWorkerMetrics
 from services.site_worker.worker import SiteWorker
 from tests.reliability.procs import free_port, scrape, wait_for
 
@@ -459,7 +461,11 @@ def test_site_worker_upload_resumes_after_the_link_is_cut(link_stack, capsys):
     s = link_stack
     direct_channel = open_channel(s.aggregator.target)
     direct = aggregator_pb2_grpc.AggregatorStub(direct_channel)
-    worker = SiteWorker(WorkerConfig(aggregator=s.link.address, worker_id="W", site_ids=SITES))
+    registry = CollectorRegistry()
+    worker = SiteWorker(
+        WorkerConfig(aggregator=s.link.address, worker_id="W", site_ids=SITES),
+        SiteWorkerMetrics(registry),
+    )
     channel = open_channel(s.link.address)
     stub = aggregator_pb2_grpc.AggregatorStub(channel)
     reply = stub.Register(aggregator_pb2.RegisterRequest(worker_id="W", site_ids=SITES), timeout=10)
@@ -504,6 +510,10 @@ def test_site_worker_upload_resumes_after_the_link_is_cut(link_stack, capsys):
     assert 0 < held[0] < nbytes
     assert resent < CHUNK_BYTES + HEADERS_ALLOWANCE, resent
     assert worker.counters.bytes_up == 2 * nbytes
+    # the worker's own metrics: both uploads' bytes, the one resume, a throughput
+    assert registry.get_sample_value("powertrip_site_upload_bytes_total") == 2 * nbytes
+    assert registry.get_sample_value("powertrip_site_upload_resumes_total") == 1
+    assert registry.get_sample_value("powertrip_site_upload_bytes_per_second") > 0
     assert _metric(s.metrics_port, "powertrip_upload_resumes_total") == 1
     assert _rejected(s.metrics_port, "duplicate") == 0
     expected = _expected_model(

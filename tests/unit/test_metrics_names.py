@@ -32,13 +32,14 @@ from powertrip.rpc.metrics import BUILD_INFO, build_versions, service_registry
 from services.aggregator.metrics import AggregatorMetrics
 from services.policy.servicer import PolicyMetrics
 from services.profiler.servicer import ProfilerMetrics
+from services.site_worker.metrics import SiteWorkerMetrics
 
 SERVICES = ("aggregator", "policy", "profiler", "site_worker")
 METRICS_CLASSES: dict[str, Callable[[CollectorRegistry], object] | None] = {
     "aggregator": lambda registry: AggregatorMetrics(registry, round_deadline_s=600),
     "policy": PolicyMetrics,
     "profiler": ProfilerMetrics,
-    "site_worker": None,  # the worker serves gRPC for health only: standard metrics alone
+    "site_worker": SiteWorkerMetrics,
 }
 
 
