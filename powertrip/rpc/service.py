@@ -163,10 +163,41 @@ def add_log_format_flag(parser: argparse.ArgumentParser, default: str | None) ->
     )
 
 
+#: context a JSON log line carries when the record has it: the run (every line of a service
+#: that knows its run, `add_log_context`), and the round, site and task of lines about one
+#: (`log.info(..., extra={"round": r, "site": s})`)
+LOG_CONTEXT_FIELDS = ("run_id", "round", "site", "task")
+
+
+class _LogContext(logging.Filter):
+    """Stamps fixed fields (the run id) on every record that does not carry its own."""
+
+    def __init__(self, fields: dict[str, object]):
+        super().__init__()
+        self.fields = fields
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in self.fields.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+def add_log_context(**fields: object) -> None:
+    """Fields every log line of this process carries from now on (JSON format), e.g. the
+    run id once the aggregator knows its run; unknown names are refused."""
+    unknown = sorted(set(fields) - set(LOG_CONTEXT_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown log context {unknown}; allowed: {LOG_CONTEXT_FIELDS}")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_LogContext(dict(fields)))
+
+
 class JsonLogFormatter(logging.Formatter):
     """One JSON object per line: ts (UTC, ISO 8601 with milliseconds), level, service,
-    logger, message, and exc_info (the formatted traceback) when the record has one, so a
-    log shipper can index the fields without parsing text."""
+    logger, message, the context fields the record carries (run_id, round, site, task), and
+    exc_info (the formatted traceback) when the record has one, so a log shipper can index
+    and filter by run, round or site without parsing text."""
 
     def __init__(self, service: str):
         super().__init__()
@@ -181,6 +212,10 @@ class JsonLogFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key in LOG_CONTEXT_FIELDS:
+            value = getattr(record, key, None)
+            if value is not None and value != "":
+                entry[key] = value
         if record.exc_info:
             entry["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:

@@ -32,6 +32,7 @@ from powertrip.rpc.server import add_servicer
 from powertrip.rpc.service import (
     ServeOptions,
     ServiceSpec,
+    add_log_context,
     base_parser,
     channel_credentials,
     serve,
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     setup_process(args.log_level, SPEC.name, args.log_format)
+    add_log_context(run_id=Path(args.out).name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run.validate()

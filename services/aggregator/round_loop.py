@@ -163,6 +163,7 @@ class RoundLoop:
                 progress.round,
                 len(missing),
                 ", ".join(missing[:5]),
+                extra={"round": progress.round},
             )
         self.metrics.show_collected(missed=len(missing), dead=dead_now)
         if not progress.received:
@@ -205,6 +206,7 @@ class RoundLoop:
             self.result.sim_time_s,
             done.round_s,
             wall_round_s,
+            extra={"round": round_no},
         )
         return stop
 

@@ -264,7 +264,10 @@ class SiteWorker:
             session_token=session,
         )
         nbytes = sum(a.nbytes for a in arrays.values())
-        log.info("uploading the delta of %s for %s: %d bytes", task.site_id, task.task_id, nbytes)
+        log.info(
+            "uploading the delta of %s for %s: %d bytes", task.site_id, task.task_id, nbytes,
+            extra={"round": task.round, "site": task.site_id, "task": task.task_id},
+        )  # fmt: skip
         first_deadline = deadline_for(nbytes)
         started = time.monotonic()
         window_end = started + UPLOAD_WINDOW * first_deadline

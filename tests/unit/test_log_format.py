@@ -136,3 +136,34 @@ def test_a_real_service_logs_json_lines_from_start_to_drain(tmp_path):
     assert any(m.startswith("serving ") for m in messages), messages
     assert "exited cleanly" in messages
     assert all(FIELDS <= set(r) and r["service"] == "policy" for r in records)
+
+
+CONTEXT_SNIPPET = """
+import logging
+from powertrip.rpc.service import add_log_context, setup_process
+setup_process("INFO", "aggregator", "json")
+add_log_context(run_id="compose")
+log = logging.getLogger("aggregator")
+log.info("serving")
+log.info("round %d: k=%d", 7, 3, extra={"round": 7})
+log.info("uploading", extra={"round": 7, "site": "site-003", "task": "r7-site-003"})
+"""
+
+
+def test_json_lines_carry_the_run_and_the_round_site_and_task_they_are_about():
+    done = subprocess.run(
+        [sys.executable, "-c", CONTEXT_SNIPPET], capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [r.get("run_id") for r in records] == ["compose"] * 3
+    assert "round" not in records[0] and records[1]["round"] == 7
+    assert (records[2]["site"], records[2]["task"]) == ("site-003", "r7-site-003")
+
+
+def test_an_unknown_log_context_field_is_refused():
+    from powertrip.rpc.service import add_log_context
+
+    with pytest.raises(ValueError, match="unknown log context"):
+        add_log_context(region="eu")
