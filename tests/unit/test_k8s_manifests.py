@@ -127,7 +127,10 @@ def _secrets_example() -> list[dict]:
 def test_every_object_validates_against_the_kubernetes_schema(rendered, variant):
     docs = rendered[variant]
     kinds = sorted({d["kind"] for d in docs})
-    assert kinds == ["ConfigMap", "Deployment", "Namespace", "Service", "StatefulSet"], kinds
+    assert kinds == [
+        "ConfigMap", "Deployment", "Namespace", "NetworkPolicy", "PodDisruptionBudget",
+        "Service", "StatefulSet",
+    ], kinds  # fmt: skip
     for doc in docs:
         try:
             kv.validate(doc, K8S_VERSION, strict=True)
@@ -371,3 +374,42 @@ def test_tls_probe_script_checks_health_over_mutual_tls(tmp_path):
         assert subprocess.run(script, env=env, timeout=30).returncode == 1
     finally:
         server.stop(None)
+
+
+def _pods_matching(docs: list[dict], labels: dict) -> list[dict]:
+    """The workloads whose pod template carries every label in `labels`."""
+    return [
+        w for w in _workloads(docs)
+        if labels.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_network_policies_open_only_ports_their_pods_listen_on(rendered, variant):
+    """Each NetworkPolicy selects a workload (or all pods, the default deny), every port it
+    opens is a container port of the pods it selects (in the shaping variant the link
+    probe's 50061 exists; without it, a closed port opens nothing), and a peer it names
+    exists; each PodDisruptionBudget selects a workload."""
+    docs = rendered[variant]
+    ports_of = {}
+    for w in _workloads(docs):
+        name = w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+        containers = _pod_spec(w)["containers"]
+        ports_of[name] = {p["containerPort"] for c in containers for p in c.get("ports", [])}
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} == {"default-deny-ingress", *ports_of}
+    for policy in policies:
+        selector = policy["spec"]["podSelector"].get("matchLabels", {})
+        if not selector:
+            assert policy["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in policy["spec"]
+            continue
+        (target,) = _pods_matching(docs, selector)
+        name = target["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+        for rule in policy["spec"]["ingress"]:
+            for port in rule["ports"]:
+                probe = port["port"] == 50061 and variant not in ("shaping", "all")
+                assert probe or port["port"] in ports_of[name], (variant, name, port)
+            for peer in rule.get("from", []):
+                assert _pods_matching(docs, peer["podSelector"]["matchLabels"]), peer
+    for budget in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
+        assert len(_pods_matching(docs, budget["spec"]["selector"]["matchLabels"])) == 1
