@@ -81,6 +81,7 @@ async def _virtual_site(i: int, stub, stats: dict, rng: np.random.Generator) -> 
         )
         stats["polls"] += 1
         if polled.shutdown:
+            stats["shutdown"] = True  # the run is over: the aggregator exits soon
             return
         for task in polled.tasks:
             assembler = TensorAssembler()
@@ -114,17 +115,20 @@ async def _virtual_site(i: int, stub, stats: dict, rng: np.random.Generator) -> 
 async def _health_probe(
     target: str, latencies: list[tuple[bool, float]], done: asyncio.Event, stats: dict, sites: int
 ) -> None:
-    """Health-check latency, tagged with whether all sites had registered yet."""
+    """Health-check latency, tagged with whether all sites had registered yet, until the run
+    is over: once a site has seen `shutdown` the aggregator is leaving (--exit-when-done),
+    and a check it no longer answers is not a failure of the running service."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while not done.is_set():
+        while not done.is_set() and not stats.get("shutdown"):
             registered = stats["registered"] >= sites
             start = time.perf_counter()
             try:
                 await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
                 latencies.append((registered, time.perf_counter() - start))
             except grpc.aio.AioRpcError:
-                latencies.append((registered, float("inf")))
+                if not stats.get("shutdown"):
+                    latencies.append((registered, float("inf")))
             await asyncio.sleep(0.2)
 
 
