@@ -77,3 +77,18 @@ def site_jobs():
         ]
 
     return jobs
+
+
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory) -> Path:
+    """A deployment's CA, an aggregator certificate and a join token, as
+    `JOIN_TOKEN=1 deploy/tls/make-certs.sh DIR aggregator` writes them (openssl)."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("secrets")
+    subprocess.run(
+        ["bash", str(Path(__file__).resolve().parents[1] / "deploy" / "tls" / "make-certs.sh"),
+         str(out), "aggregator"],
+        check=True, capture_output=True, timeout=120, env={**os.environ, "JOIN_TOKEN": "1"},
+    )  # fmt: skip
+    return out

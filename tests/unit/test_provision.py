@@ -5,7 +5,6 @@ them: tests/reliability/test_site_identity.py."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +15,6 @@ import yaml
 from powertrip.app.cli import main
 from powertrip.app.provision import ProvisionError, load_plan
 from powertrip.rpc.sitetokens import load_site_tokens
-from tests.unit.test_deploy_files import DEPLOY
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 
@@ -27,16 +25,6 @@ PLAN = {
     "gpus": False,
     "sites": ["site-000", {"site": "site-001", "name": "vm-eu-1"}],
 }
-
-
-@pytest.fixture(scope="module")
-def secrets(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("secrets")
-    subprocess.run(
-        ["bash", str(DEPLOY / "tls" / "make-certs.sh"), str(out), "aggregator"],
-        check=True, capture_output=True, timeout=120, env={**os.environ, "JOIN_TOKEN": "1"},
-    )  # fmt: skip
-    return out
 
 
 def _write(tmp_path: Path, plan: dict) -> Path:

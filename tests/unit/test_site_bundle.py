@@ -18,19 +18,8 @@ import pytest
 from powertrip.app.cli import main
 from powertrip.app.sitebundle import MOUNT, BundleError, BundleSpec, docker_run, make_bundle
 from powertrip.core.envnames import RENAMED
-from tests.unit.test_deploy_files import DEPLOY
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
-
-
-@pytest.fixture(scope="module")
-def secrets(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("secrets")
-    subprocess.run(
-        ["bash", str(DEPLOY / "tls" / "make-certs.sh"), str(out), "aggregator"],
-        check=True, capture_output=True, timeout=120, env={**os.environ, "JOIN_TOKEN": "1"},
-    )  # fmt: skip
-    return out
 
 
 def _spec(secrets: Path, out: Path, **kw) -> BundleSpec:
