@@ -38,8 +38,8 @@ $(STAMP): pyproject.toml constraints.txt
 	      "(pip's configuration, else PyPI: the CUDA build on Linux)"; \
 	  fi; \
 	fi; \
-	echo "$(BIN)/pip install -c constraints.txt $$index -e .[$(EXTRAS)]"; \
-	$(BIN)/pip install -q -c constraints.txt $$index -e ".[$(EXTRAS)]"
+	echo "$(BIN)/pip install -c constraints.txt $$index -e .$(if $(EXTRAS),[$(EXTRAS)])"; \
+	$(BIN)/pip install -q -c constraints.txt $$index -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
@@ -83,7 +83,13 @@ constraints:  ## rewrite constraints.txt from the packages installed in .venv
 	$(BIN)/python -c "$$FREEZE_PY" "$(EXTRAS)" > constraints.txt.tmp
 	mv constraints.txt.tmp constraints.txt
 
-demo: setup  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
+# the demo needs the base install only (no extras): it sets one up unless a current one, with
+# or without extras (`make setup`, `make test`), is there already
+demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
+	@stamp=$$(ls -t $(VENV)/.installed-$(TORCH)-* 2>/dev/null | head -1); \
+	if [ -z "$$stamp" ] || [ -n "$$(find pyproject.toml constraints.txt -newer "$$stamp")" ]; then \
+	  $(MAKE) --no-print-directory setup EXTRAS=; \
+	fi
 	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT) \
 		--policies $(DEMO_POLICIES) --budget-factor 1.25
 

@@ -29,9 +29,10 @@ if [[ -f "$OUT/.stamp" && "$(cat "$OUT/.stamp")" == "$KEY" ]]; then
   exit 0
 fi
 rm -rf "$OUT" && mkdir -p "$OUT/services" "$OUT/trainer"
-# glibc 2.36 (bookworm) runs every manylinux up to 2_28; pip wants each tag named
+# glibc 2.36 (bookworm) runs every manylinux up to 2_36 (cryptography ships 2_34 only);
+# pip wants each tag named
 TARGET=(--only-binary=:all: --python-version "$PYVER" --implementation cp
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+        --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
         --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
         --platform manylinux2014_x86_64 --platform manylinux2010_x86_64
         --platform manylinux1_x86_64 --platform linux_x86_64)

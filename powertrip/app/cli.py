@@ -88,7 +88,7 @@ def _resume_args(args: argparse.Namespace) -> None:
     config = out / runfiles.REQUESTED_CONFIG
     if not config.is_file():
         raise ConfigError(f"--resume {out}: no run-config.yaml there (not a run directory?)")
-    ignored = {"resume", "quiet", "command", "param", "out"}
+    ignored = {"resume", "quiet", "command", "param", "out", "format"}
     given = [
         "--set" if k == "settings" else f"--{k.replace('_', '-')}"
         for k, v in vars(args).items()
@@ -133,6 +133,24 @@ def _site_bundle(args: argparse.Namespace) -> int:
             print(f"powertrip: --env {item!r}: expected POWERTRIP_NAME=VALUE", file=sys.stderr)
             return EXIT_USAGE
         extra.append((name, value))
+    site_token = ""
+    if args.site_tokens:
+        from powertrip.core.config import ConfigError
+        from powertrip.rpc.sitetokens import load_site_tokens
+
+        try:
+            tokens = load_site_tokens(args.site_tokens)
+        except ConfigError as exc:
+            print(f"powertrip: site-bundle: --site-tokens: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.site not in tokens:
+            print(
+                f"powertrip: site-bundle: --site-tokens {args.site_tokens} has no token for "
+                f"--site {args.site!r}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        site_token = tokens[args.site]
     spec = BundleSpec(
         secrets=Path(args.secrets),
         out=Path(args.out),
@@ -144,6 +162,7 @@ def _site_bundle(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         threads=args.threads,
         extra_env=tuple(extra),
+        site_token=site_token,
     )
     try:
         files = make_bundle(spec)
@@ -164,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         return _site_bundle(args)
     if args.command == "provision":
         return _provision(args)
+    if args.command == "revoke":
+        return _revoke(args)
+    if args.command == "completion":
+        import shtab
+
+        print(shtab.complete(build_parser(), shell=args.shell))
+        return 0
     if args.command in ("ls", "status"):
         return _operate(args)
     if args.command == "policies":
@@ -204,12 +230,11 @@ def main(argv: list[str] | None = None) -> int:
             config = _resolve_workload(config)
             # every value checked before a directory is made or a service started
             commands.preflight(config, args)
-            if args.command == "run":
-                return commands.run(config, args)
-            if args.command == "compare":
-                return commands.compare(config, args)
-            if args.command == "sweep":
-                return commands.sweep(config, args)
+            if args.command in ("run", "compare", "sweep"):
+                command = getattr(commands, args.command)
+                if args.format != "json":
+                    return command(config, args)
+                return _as_json(command, config, args)
         except (ConfigError, UnknownWorkload, commands.UnknownPolicy, DataError) as exc:
             print(f"powertrip: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -222,6 +247,18 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             return _interrupted("powertrip", exc, _resume_hint(args))
     return EXIT_USAGE
+
+
+def _as_json(command, config, args: argparse.Namespace) -> int:
+    """`--format json`: the command's messages go to stderr, and stdout gets one JSON
+    document at the end: the command, its output directory and every run's summary."""
+    import contextlib
+
+    args.results = []
+    with contextlib.redirect_stdout(sys.stderr):
+        code = command(config, args)
+    print(json.dumps({"command": args.command, "out": args.out, "runs": args.results}, indent=2))
+    return code
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -273,6 +310,33 @@ def _provision(args: argparse.Namespace) -> int:
     print(
         f"aggregator: --site-tokens {out / 'aggregator' / TOKENS_FILE} --site-certs "
         "(each site's token and certificate are its own; copy each bundle privately)"
+    )
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    """`powertrip revoke`: append sites and certificates to the revocation list."""
+    from powertrip.core.config import ConfigError
+    from powertrip.rpc.certificates import add_revocation, certificate_file_facts
+
+    if not args.site and not args.cert:
+        print("powertrip revoke: name a --site or a --cert to revoke", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        certs = [certificate_file_facts(path) for path in args.cert]
+        revoked = add_revocation(args.revocation_list, args.site, [c.fingerprint for c in certs])
+    except ConfigError as exc:
+        print(f"powertrip revoke: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for site in args.site:
+        print(f"revoked site {site} (every certificate that names it)")
+    for path, cert in zip(args.cert, certs, strict=True):
+        names = ", ".join(sorted(cert.names))
+        print(f"revoked certificate {path} (sha256 {cert.fingerprint}, names {names})")
+    print(
+        f"{args.revocation_list}: {len(revoked.sites)} site(s), {len(revoked.certificates)} "
+        "certificate(s); an aggregator started with --revoked on this file refuses them "
+        "within a second"
     )
     return 0
 

@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="policy parameter, e.g. --param k=20 or --param gain=separable (repeatable)",
     )
 
+    _add_result_format_option(run)
+
     compare = sub.add_parser(
         "compare",
         help="run several policies on identical sites and seed",
@@ -159,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         "time-to-target so far (default 3; 0 = no cut-off)",
     )
     _add_objective_option(compare)
+    _add_result_format_option(compare)
 
     sweep = sub.add_parser(
         "sweep",
@@ -168,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(sweep)
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
+    _add_result_format_option(sweep)
     _add_time_budget_option(sweep)
 
     reproduce = sub.add_parser(
@@ -299,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker id, certificate name and container name (default SITE-remote)",
     )
     bundle.add_argument(
+        "--site-tokens",
+        default="",
+        metavar="FILE",
+        help="the aggregator's site-tokens.yaml (from `powertrip provision`): the bundle "
+        "carries --site's own token, e.g. to rotate that site's certificate",
+    )
+    bundle.add_argument(
         "--image", default="powertrip-trainer:cuda", help="the trainer image on the VM"
     )
     bundle.add_argument(
@@ -333,10 +344,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     provision.add_argument("--out", required=True, help="a new directory for the bundles")
 
+    revoke = sub.add_parser(
+        "revoke",
+        help="add a site or a certificate to the aggregator's revocation list (--revoked)",
+        description="Append to the revocation list (made if missing) that the aggregator's "
+        "--revoked names; it reloads the file within a second, and refuses every call of a "
+        "revoked site or certificate with PERMISSION_DENIED (powertrip_auth_failures_total"
+        '{kind="revoked"}). Rotating a site\'s certificate: make it a new bundle '
+        "(`powertrip site-bundle --site S --site-tokens FILE`), start it, then revoke the old "
+        'certificate with --cert (deploy/README.md, "Revoking and rotating").',
+    )
+    revoke.add_argument("revocation_list", help="the aggregator's --revoked file (YAML)")
+    revoke.add_argument(
+        "--site", action="append", default=[], help="revoke every certificate of this site"
+    )
+    revoke.add_argument(
+        "--cert",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="revoke this one certificate (PEM), e.g. the one a rotation replaced",
+    )
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script for the shell, generated from this CLI's "
+        "own parser (shtab), e.g. `powertrip completion bash > "
+        "~/.local/share/bash-completion/completions/powertrip`.",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+
     serve = sub.add_parser("serve", help="run one service (same as python -m services.NAME)")
     serve.add_argument("service", choices=SERVICES)
     serve.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
     return parser
+
+
+def _add_result_format_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (default) or json: one JSON document on stdout at the end, with every "
+        "run's summary and directory; progress and messages then go to stderr",
+    )
 
 
 #: RunConfig fields that have a command-line flag of the same name (dest)

@@ -26,6 +26,7 @@ from powertrip.rpc.auth import (
     is_loopback,
     resolve_join_token,
 )
+from powertrip.rpc.certificates import RevocationList, certificate_facts
 from powertrip.rpc.chunkwire import AGGREGATOR_SERVER_CODECS
 from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import add_servicer
@@ -47,6 +48,8 @@ from services.aggregator.round_loop import RoundLoop
 from services.aggregator.servicer import SERVICE, SERVICE_NAME, AggregatorServicer, run_spec
 from services.aggregator.state import AggregatorState
 from services.aggregator.tau import run_with_tau
+
+log = logging.getLogger("aggregator")
 
 SPEC = ServiceSpec("aggregator", 50051, "PowerTrip aggregator: global model and round loop")
 
@@ -93,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a worker may host a site only if its client certificate names it (CN or "
         "subjectAltName DNS, as `powertrip provision` makes them); needs mutual TLS "
         "(env POWERTRIP_AGGREGATOR_SITE_CERTS=1)",
+    )
+    parser.add_argument(
+        "--revoked",
+        default=os.environ.get("POWERTRIP_AGGREGATOR_REVOKED") or None,
+        help="revocation list (YAML: sites, certificates; `powertrip revoke` appends to it): "
+        "a worker whose certificate or site is on it is refused (PERMISSION_DENIED); reloaded "
+        "when the file changes; a missing file revokes nothing (env POWERTRIP_AGGREGATOR_REVOKED)",
     )
     parser.add_argument(
         "--max-threads",
@@ -145,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        revocations = (
+            RevocationList(Path(args.revoked), on_error=log.warning) if args.revoked else None
+        )
+    except ConfigError as exc:
+        print(f"aggregator: --revoked: {exc}", file=sys.stderr)
+        return 2
     try:  # tau_source measured: tau_s measured now, before round 1 (fixed: unchanged)
         run = run_with_tau(run, Path(args.out), resume=args.resume)
     except DataError as exc:
@@ -166,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     registry = service_registry()
     metrics = AggregatorMetrics(registry, round_deadline_s=run.round_deadline_s)
     metrics.show_run(Path(args.out).name, run.policy, run.workload, run.clock)
+    if options.tls is not None:  # its own certificate and the CA's, for the expiry alert
+        for name, pem in (("server", options.tls.cert), ("ca", options.tls.ca)):
+            expiry = metrics.certificate_expiry.labels(name)
+            expiry.set(certificate_facts(pem).expires_at_s)
     state = AggregatorState(all_site_ids(run.num_sites))
     loop = RoundLoop(config, state, metrics)
     try:
@@ -175,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     servicer = AggregatorServicer(
         state, run_spec(config), metrics, join_token=join_token, site_tokens=site_tokens,
-        site_certs=args.site_certs,
+        site_certs=args.site_certs, revocations=revocations,
     )  # fmt: skip
     stop = threading.Event()
 

@@ -22,7 +22,14 @@ EXPECTED_REJECT_REASONS = (
     "wrong_identity",
 )
 #: powertrip_auth_failures_total{kind}: what the servicer refuses, exported at 0 from the start
-AUTH_FAILURE_KINDS = ("join_token", "site_token", "wrong_site_token", "site_certificate", "session")
+AUTH_FAILURE_KINDS = (
+    "join_token",
+    "site_token",
+    "wrong_site_token",
+    "site_certificate",
+    "session",
+    "revoked",
+)
 #: powertrip_dependency_retries_total{dependency}
 DEPENDENCIES = ("profiler", "policy")
 #: powertrip_run_state{state}: one of them is 1 (RunStatus.state's values)
@@ -132,6 +139,19 @@ class AggregatorMetrics:
         )
         for kind in AUTH_FAILURE_KINDS:
             self.auth_failures.labels(kind)
+        # the PowerTripCertificateExpiresSoon alert reads both (deploy/prometheus/rules)
+        self.certificate_expiry = Gauge(
+            "powertrip_certificate_expiry_timestamp_seconds",
+            "When this service's own TLS certificates expire (Unix time), by certificate",
+            ["certificate"],
+            registry=registry,
+        )
+        self.site_certificate_expiry = Gauge(
+            "powertrip_site_certificate_expiry_timestamp_seconds",
+            "When the client certificate a site registered with expires (Unix time)",
+            ["site"],
+            registry=registry,
+        )
         self.empty_rounds = Counter(
             "powertrip_empty_rounds_total",
             "Rounds redone because no selected site delivered a delta",

@@ -8,9 +8,12 @@ to.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 
 import grpc
 
+from powertrip.core.config import ConfigError
+from powertrip.rpc.certificates import CertificateFacts, RevocationList, certificate_facts
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import round_record_message
@@ -46,6 +49,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         join_token: str = "",
         site_tokens: dict[str, str] | None = None,
         site_certs: bool = False,
+        revocations: RevocationList | None = None,
     ):
         self.state = state
         self.spec = spec
@@ -54,6 +58,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         self.site_tokens = dict(site_tokens or {})
         self._token_owner = {token: site for site, token in self.site_tokens.items()}
         self.site_certs = site_certs
+        self.revocations = revocations
         self.uploads = DeltaReceiver(state, metrics)
 
     def _check_site_tokens(self, request, context) -> None:
@@ -99,10 +104,31 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                 f"(it names {shown})",
             )
 
+    def _check_revoked(self, sites, context) -> None:
+        """--revoked: refuse a caller whose certificate, or any site it hosts or asks for, is
+        on the revocation list (reloaded when the file changes)."""
+        if self.revocations is None:
+            return
+        cert = peer_certificate(context)
+        names = cert.names if cert else frozenset()
+        why = self.revocations.get().refuses(set(sites) | names, cert.fingerprint if cert else "")
+        if why:
+            self.metrics.auth_failures.labels("revoked").inc()
+            log.warning("refused a call from %s: %s", context.peer(), why)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"revoked: {why}")
+
+    def _note_certificate(self, sites, context) -> None:
+        """Each registered site's client certificate expiry, for the expiry alert."""
+        cert = peer_certificate(context)
+        if cert is not None:
+            for site in sites:
+                self.metrics.site_certificate_expiry.labels(site).set(cert.expires_at_s)
+
     def Register(self, request, context):
         if self.join_token and not tokens_match(request.join_token, self.join_token):
             self.metrics.auth_failures.labels("join_token").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong join token")
+        self._check_revoked(request.site_ids, context)
         if self.site_certs:
             self._check_site_certificate(request, context)
         if self.site_tokens:
@@ -117,6 +143,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
                 "taken": grpc.StatusCode.ALREADY_EXISTS,
             }.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT)
             context.abort(code, str(exc))
+        self._note_certificate(info.site_ids, context)
         log.info(
             "worker %s (%s) registered %d site(s)",
             info.worker_id,
@@ -135,6 +162,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         if info is None:
             self.metrics.auth_failures.labels("session").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown worker or bad session token")
+        self._check_revoked(info.site_ids, context)
         return info
 
     def NextTask(self, request, context):
@@ -160,6 +188,8 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             yield wire
 
     def UploadDelta(self, request_iterator, context):
+        # the stream's header names the worker; its certificate is checked before it is read
+        self._check_revoked((), context)
         return self.uploads.upload(request_iterator, context)
 
     def UploadStatus(self, request, context):
@@ -179,6 +209,21 @@ def certificate_names(context) -> set[str]:
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         names.update(v.decode(errors="replace") for v in auth.get(key, []))
     return names
+
+
+def peer_certificate(context) -> CertificateFacts | None:
+    """The caller's verified client certificate (None without mutual TLS)."""
+    pems = (context.auth_context() or {}).get("x509_pem_cert", [])
+    return _facts(pems[0]) if pems else None
+
+
+@lru_cache(maxsize=1024)
+def _facts(pem: bytes) -> CertificateFacts | None:
+    """Parsed once per certificate: workers poll many times a minute."""
+    try:
+        return certificate_facts(pem)
+    except ConfigError:  # gRPC verified it against the CA: not expected
+        return None
 
 
 def task_message(task: Task) -> aggregator_pb2.Task:

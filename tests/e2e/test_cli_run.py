@@ -124,6 +124,26 @@ def test_compare_writes_table_and_each_policy(tmp_path):
     assert "kWh to target" in done.stdout and "egress $ to target" in done.stdout
 
 
+def test_format_json_gives_one_document_on_stdout_for_compare_and_sweep(tmp_path):
+    """--format json: stdout is a single JSON document (every run's summary and directory),
+    the progress and the table go to stderr, so `| jq` works."""
+    common = ["--workload", "synthetic", "--sites", "6", "--max-rounds", "2", "--seed", "1",
+              "--quiet", "--format", "json"]  # fmt: skip
+    done = powertrip("compare", "--policies", "all,static:k=2", "--out", str(tmp_path / "c"),
+                     *common)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["command"] == "compare" and result["out"] == str(tmp_path / "c")
+    assert [r["label"] for r in result["runs"]] == ["all", "static:k=2"]
+    for run in result["runs"]:
+        assert run["summary"]["rounds"] == 2
+        assert (Path(run["out_dir"]) / "rounds.csv").exists()
+    assert "time to" in done.stderr  # the human lines, on stderr
+    done = powertrip("sweep", "--k", "1,3", "--out", str(tmp_path / "s"), *common)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["label"] for r in json.loads(done.stdout)["runs"]] == ["static k=1", "static k=3"]
+
+
 def test_compare_runs_oort_and_ranks_by_energy(tmp_path):
     out = tmp_path / "cmp"
     done = powertrip(

@@ -35,6 +35,7 @@ from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from tests.e2e.test_compose import (
     _PROBLEM,
     SITES,
+    TLS_ONLY_SERIES,
     _compose,
     _inspect,
     _run,
@@ -192,6 +193,18 @@ def test_tls_stack_is_healthy_runs_rounds_and_tears_down(tls_stack):
 
     # Prometheus keeps its series in the named volume
     (prometheus,) = containers["prometheus"]
+
+    # and scraped the certificate expiry the dashboard and PowerTripCertificateExpiresSoon use
+    # (asked from inside its container: this stack does not publish Prometheus' port)
+    def scraped(series: str) -> str:
+        url = "http://127.0.0.1:9090/api/v1/query?query=" + series
+        done = _run(["docker", "exec", prometheus, "python3", "-c",
+                     f"import urllib.request as u; print(u.urlopen('{url}', timeout=5).read()"
+                     ".decode())"], check=False)  # fmt: skip
+        return series if '"result":[{' in done.stdout else ""
+
+    for series in TLS_ONLY_SERIES:
+        _wait(f"Prometheus scraped {series}", lambda s=series: scraped(s), 120)
     mounts = _inspect(prometheus, "{{range .Mounts}}{{.Name}}={{.Destination}} {{end}}")
     assert f"{stack['project']}_prometheus-data=/prometheus" in mounts, mounts
 

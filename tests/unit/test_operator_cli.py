@@ -101,3 +101,17 @@ def test_audit_hands_its_arguments_to_the_aggregators_audit(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2
     assert "services.aggregator.audit" in done.stderr and "run_dir" in done.stderr
+
+
+def test_completion_scripts_know_every_command_and_are_valid_shell(capsys, tmp_path):
+    """`powertrip completion bash|zsh`: generated from the parser itself (shtab), so a new
+    command or flag completes without anyone editing a script."""
+    assert main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    for word in ("reproduce", "provision", "revoke", "--site-tokens", "--format"):
+        assert word in script, word
+    path = tmp_path / "powertrip.bash"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    assert main(["completion", "zsh"]) == 0
+    assert "#compdef powertrip" in capsys.readouterr().out

@@ -141,3 +141,17 @@ def test_cli_writes_a_bundle_and_exits_2_on_a_bad_one(secrets, tmp_path, capsys)
         done = subprocess.run([str(powertrip), "site-bundle", "--help"], capture_output=True,
                               text=True)  # fmt: skip
         assert done.returncode == 0 and "--secrets" in done.stdout
+
+
+def test_cli_takes_the_sites_own_token_from_the_aggregators_token_file(secrets, tmp_path, capsys):
+    """A rotation's new bundle keeps the site's token: --site-tokens reads it from the file
+    `powertrip provision` wrote for the aggregator."""
+    tokens = tmp_path / "site-tokens.yaml"
+    tokens.write_text("site-007: " + "a7" * 24 + "\nsite-008: " + "b8" * 24 + "\n")
+    argv = ["site-bundle", "--secrets", str(secrets), "--no-gpus", "--aggregator", "a:1",
+            "--profiler", "a:2", "--site-tokens", str(tokens)]  # fmt: skip
+    out = tmp_path / "rotated"
+    assert main([*argv, "--out", str(out), "--site", "site-007"]) == 0
+    assert (out / "site-tokens.yaml").read_text() == "site-007: " + "a7" * 24 + "\n"
+    assert main([*argv, "--out", str(tmp_path / "x"), "--site", "site-009"]) == 2
+    assert "has no token for --site 'site-009'" in capsys.readouterr().err

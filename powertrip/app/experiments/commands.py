@@ -224,7 +224,13 @@ def _explicit(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(getattr(args, "explicit_settings", ()))
 
 
-def _print_summary(outcome: RunOutcome, label: str = "") -> None:
+def _print_summary(outcome: RunOutcome, label: str = "", args=None) -> None:
+    """One line per finished run; with `--format json` also kept for the JSON result
+    (args.results, which the CLI prints at the end)."""
+    results = getattr(args, "results", None)
+    if results is not None:
+        results.append({"label": label or outcome.summary.get("policy", ""),
+                        "out_dir": str(outcome.out_dir), "summary": outcome.summary})  # fmt: skip
     s = outcome.summary
     ttt = s.get("time_to_target_s")
     reached = f"{ttt / 3600:.3f} h" if ttt is not None else "not reached"
@@ -251,7 +257,7 @@ def run(config: RunConfig, args: argparse.Namespace) -> int:
     with Deployment(out / runfiles.REQUESTED_CONFIG, out / runfiles.LOGS_DIR) as deployment:
         _check_policies(deployment, [config.policy])
         outcome = run_once(config, out, deployment, show_progress=not args.quiet, resume=resume)
-    _print_summary(outcome)
+    _print_summary(outcome, args=args)
     _render(out)
     return 0
 
@@ -345,6 +351,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
     if cutoff:
         print(f"({cutoff})")
     out = _out_dir(args, f"runs/compare-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.out = str(out)
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
     best: float | None = None
@@ -359,7 +366,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                     run_config.max_sim_hours = cap_h
             label = spec.text if spec.params else ""
             outcome = runner.run(f"policy {spec.text}", run_config, out / spec.dirname, label=label)
-            _print_summary(outcome, spec.text)
+            _print_summary(outcome, spec.text, args)
             if outcome.time_to_target_s is not None:
                 best = (
                     outcome.time_to_target_s
@@ -383,6 +390,7 @@ def sweep(config: RunConfig, args: argparse.Namespace) -> int:
     config, bound = time_bound(config, _explicit(args))
     print(bound)
     out = _out_dir(args, f"runs/sweep-{config.workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.out = str(out)
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
     with contextlib.ExitStack() as stack:
@@ -391,6 +399,6 @@ def sweep(config: RunConfig, args: argparse.Namespace) -> int:
             params = {**config.policy_params, "k": float(k)}
             run_config = dataclasses.replace(config, policy="static", policy_params=params)
             outcome = runner.run(f"static k={k}", run_config, out / f"k{k}", label=f"static k={k}")
-            _print_summary(outcome)
+            _print_summary(outcome, f"static k={k}", args)
     _render(out)
     return 0
