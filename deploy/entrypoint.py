@@ -18,12 +18,12 @@ Restarts (compose's `restart: on-failure` after a crash or a kill):
   a restarted container claims its own site again; POWERTRIP_SITE_WORKER_WORKER_ID (old
   name POWERTRIP_WORKER_ID) when set, as a site bundle sets it; Docker Swarm tasks get
   HOSTNAME `site-worker-<slot>` from the stack file, so a replacement task claims its
-  slot's site).  When it exits because the aggregator
-  went away (0, or 1 for an aggregator RPC error; not after 3 fast failures in a row), the
-  run is asked for its state
-  (`GetStatus`): while the aggregator is back and the run unfinished the worker rejoins;
-  once the run is done or failed, or the aggregator stays unreachable for
-  POWERTRIP_REJOIN_TIMEOUT_S (default 600), it exits with the worker's code.
+  slot's site; a Kubernetes Indexed Job's pod i hosts site i as site-worker-i).  When it
+  exits because the aggregator went away (0, or 1 for an aggregator RPC error; not after 3
+  fast failures in a row), the run is asked for its state (`GetStatus`): while the
+  aggregator is back and the run unfinished the worker rejoins; once the run is done or
+  failed, or the aggregator stays unreachable for POWERTRIP_REJOIN_TIMEOUT_S (default 600),
+  it exits with the worker's code.
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from pathlib import Path
 
 from powertrip.core.config import ConfigError, RunConfig
 from powertrip.core.envnames import getenv
+from powertrip.core.profiles import site_id
 
 CONFIG_OUT = "/tmp/powertrip-run.yaml"
 PREFIX = "POWERTRIP_RUN_"
 #: the site worker's --worker-id and --aggregator (powertrip/core/envnames.py)
 WORKER_ID_ENV = "POWERTRIP_SITE_WORKER_WORKER_ID"
+SITES_ENV = "POWERTRIP_SITE_WORKER_SITES"
 AGGREGATOR_ENV = "POWERTRIP_SITE_WORKER_AGGREGATOR"
 #: the run states after which a worker does not rejoin (RunStatus.state)
 FINISHED = ("done", "failed")
@@ -105,9 +107,24 @@ def run_state(address: str, timeout_s: float = 5.0) -> str | None:
         channel.close()
 
 
+def indexed_job_args(argv: list[str], env: dict[str, str]) -> list[str]:
+    """In a Kubernetes Indexed Job (JOB_COMPLETION_INDEX = i), the pod hosts site i under the
+    worker id site-worker-i, unless the flags or the environment name them: a restarted or
+    rescheduled pod claims its own site again, as a Swarm slot does."""
+    index = env.get("JOB_COMPLETION_INDEX", "")
+    if not index.isdigit():
+        return argv
+    if _flag(argv, "--worker-id") is None and not getenv(WORKER_ID_ENV, warn=False):
+        argv = [*argv, f"--worker-id=site-worker-{index}"]
+    if _flag(argv, "--sites") is None and not getenv(SITES_ENV, warn=False):
+        argv = [*argv, f"--sites={site_id(int(index))}"]
+    return argv
+
+
 def supervise_worker(argv: list[str]) -> int:
     """Run the site worker; rejoin while the aggregator's run is unfinished (see above)."""
     # (the worker itself warns about an old variable name: not twice)
+    argv = indexed_job_args(argv, os.environ)
     if _flag(argv, "--worker-id") is None and not getenv(WORKER_ID_ENV, warn=False):
         argv = [*argv, f"--worker-id={os.environ.get('HOSTNAME') or os.uname().nodename}-1"]
     # the worker's own defaults: the flag, else the environment (a site bundle's env file)

@@ -29,8 +29,8 @@ kv = pytest.importorskip(
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 K8S_VERSION = "1.30"
-WORKLOAD_KINDS = ("Deployment", "StatefulSet")
-OVERLAYS = ("gpu", "shaping", "tls")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+OVERLAYS = ("gpu", "shaping", "tls", "monitoring")
 #: rendered variants: base, each overlay, and all components together (a temporary overlay)
 VARIANTS = ("base", *OVERLAYS, "all")
 GPU = "nvidia.com/gpu"
@@ -61,6 +61,21 @@ def _render_resources_only(directory: Path) -> list[dict]:
                 doc["metadata"].setdefault("namespace", spec["namespace"])
             if doc:
                 docs.append(doc)
+    for generator in spec.get("configMapGenerator", []):  # as kustomize does, without the hash
+        data = {}
+        for env_file in generator.get("envs", []):
+            for line in (directory / env_file).read_text().splitlines():
+                if line.strip() and not line.startswith("#"):
+                    key, _, value = line.partition("=")
+                    data[key] = value
+        name = f"{generator['name']}-unhashed"
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+                     "metadata": {"name": name, "namespace": spec["namespace"]}})  # fmt: skip
+        for doc in docs:
+            for c in _pod_spec(doc)["containers"] if doc["kind"] in WORKLOAD_KINDS else []:
+                for ref in c.get("envFrom", []):
+                    if ref.get("configMapRef", {}).get("name") == generator["name"]:
+                        ref["configMapRef"]["name"] = name
     for image in spec.get("images", []):
         for doc in docs:
             for c in _pod_spec(doc)["containers"] if doc["kind"] in WORKLOAD_KINDS else []:
@@ -119,6 +134,13 @@ def _containers(docs: list[dict]):
             yield w, c
 
 
+def _service_containers(docs: list[dict]):
+    """The PowerTrip services' containers (not components/monitoring's Prometheus, Grafana)."""
+    for w, c in _containers(docs):
+        if w["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "monitoring":
+            yield w, c
+
+
 def _secrets_example() -> list[dict]:
     return [d for d in yaml.safe_load_all((K8S / "secrets.example.yaml").read_text()) if d]
 
@@ -128,7 +150,7 @@ def test_every_object_validates_against_the_kubernetes_schema(rendered, variant)
     docs = rendered[variant]
     kinds = sorted({d["kind"] for d in docs})
     assert kinds == [
-        "ConfigMap", "Deployment", "Namespace", "NetworkPolicy", "PodDisruptionBudget",
+        "ConfigMap", "Deployment", "Job", "Namespace", "NetworkPolicy", "PodDisruptionBudget",
         "Service", "StatefulSet",
     ], kinds  # fmt: skip
     for doc in docs:
@@ -142,7 +164,9 @@ def test_every_object_validates_against_the_kubernetes_schema(rendered, variant)
 
 def test_the_example_secrets_validate():
     docs = _secrets_example()
-    assert {d["metadata"]["name"] for d in docs} == {"powertrip-join-token", "powertrip-tls"}
+    assert {d["metadata"]["name"] for d in docs} == {
+        "powertrip-join-token", "powertrip-tls", "powertrip-grafana",
+    }  # fmt: skip
     for doc in docs:
         kv.validate(doc, K8S_VERSION, strict=True)
 
@@ -159,7 +183,7 @@ def test_the_schema_check_is_strict():
 def test_every_container_probes_the_grpc_health_service(rendered, variant):
     tls = variant in ("tls", "all")
     names = set()
-    for w, c in _containers(rendered[variant]):
+    for w, c in _service_containers(rendered[variant]):
         names.add(w["metadata"]["name"])
         grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
         assert f"--port={grpc_port}" in c["args"] or ["--port", str(grpc_port)] == c["args"][1:3]
@@ -198,7 +222,7 @@ def test_net_admin_only_on_shaping_site_workers(rendered, variant):
             assert not caps.get("add"), f"{variant}: {c['name']} adds {caps.get('add')}"
             assert env.get("POWERTRIP_SITE_WORKER_SHAPE_LINK") in (None, "0"), c["name"]
             assert "POWERTRIP_SHAPE_LINK" not in env, c["name"]  # the old name
-            assert "--shape-link" not in c["args"], c["name"]
+            assert "--shape-link" not in c.get("args", []), c["name"]
             assert pod_ctx["runAsNonRoot"] is True and pod_ctx["runAsUser"] != 0, c["name"]
             assert "runAsUser" not in ctx and ctx.get("runAsNonRoot") is not False, c["name"]
 
@@ -266,6 +290,9 @@ def test_selectors_match_and_services_reach_a_named_port(rendered, variant):
     docs = rendered[variant]
     for w in _workloads(docs):
         labels = w["spec"]["template"]["metadata"]["labels"]
+        if w["kind"] == "Job":  # the Job controller makes its own selector
+            assert "selector" not in w["spec"], w["metadata"]["name"]
+            continue
         selector = w["spec"]["selector"]["matchLabels"]
         assert selector.items() <= labels.items(), w["metadata"]["name"]
         if w["kind"] == "StatefulSet":
@@ -293,7 +320,7 @@ def test_selectors_match_and_services_reach_a_named_port(rendered, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_scrape_annotations_name_an_exposed_metrics_port(rendered, variant):
-    for w in _workloads(rendered[variant]):
+    for w in {id(w): w for w, _ in _service_containers(rendered[variant])}.values():
         notes = w["spec"]["template"]["metadata"]["annotations"]
         assert notes["prometheus.io/scrape"] == "true"
         assert notes["prometheus.io/path"] == "/metrics"
@@ -326,15 +353,37 @@ def test_run_config_map_is_a_valid_run_for_the_entrypoint(rendered):
     spec.loader.exec_module(entrypoint)
     docs = rendered["base"]
     (run,) = [
-        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "powertrip-run"
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("powertrip-run-")
     ]
     config = entrypoint.run_config(run["data"])  # raises ConfigError on a bad/unknown key
     (workers,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "site-worker"]
+    assert workers["kind"] == "Job" and workers["spec"]["completionMode"] == "Indexed"
     assert (
-        workers["spec"]["replicas"]
+        workers["spec"]["completions"]
+        == workers["spec"]["parallelism"]
         == config.num_sites
         == int(run["data"]["POWERTRIP_RUN_NUM_SITES"])
     )
+    # each pod's index is its site (entrypoint.indexed_job_args), and it exits 0 at the end
+    assert _pod_spec(workers)["restartPolicy"] == "OnFailure"
+    argv = entrypoint.indexed_job_args(["services.site_worker"], {"JOB_COMPLETION_INDEX": "3"})
+    assert argv == ["services.site_worker", "--worker-id=site-worker-3", "--sites=site-003"]
+
+
+def test_the_run_config_map_is_generated_so_an_edit_rolls_the_pods(rendered):
+    """configMapGenerator: the ConfigMap's name carries a hash of run.env, and every workload
+    refers to that name, so an edited run.env gives new pods (not a silent stale config)."""
+    if RENDERER is None:
+        pytest.skip("needs kustomize to run the generator")
+    (run,) = [d for d in rendered["base"] if d["kind"] == "ConfigMap"]
+    name = run["metadata"]["name"]
+    assert name.startswith("powertrip-run-") and len(name) > len("powertrip-run-")
+    for w in _workloads(rendered["base"]):
+        refs = [e["configMapRef"]["name"] for c in _pod_spec(w)["containers"]
+                for e in c.get("envFrom", [])]  # fmt: skip
+        assert refs == [name], w["metadata"]["name"]
 
 
 def test_tls_probe_script_checks_health_over_mutual_tls(tmp_path):
@@ -413,3 +462,76 @@ def test_network_policies_open_only_ports_their_pods_listen_on(rendered, variant
                 assert _pods_matching(docs, peer["podSelector"]["matchLabels"]), peer
     for budget in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
         assert len(_pods_matching(docs, budget["spec"]["selector"]["matchLabels"])) == 1
+
+
+def test_monitoring_grafana_files_are_the_compose_stacks(rendered):
+    """components/monitoring holds copies of deploy/grafana's files (kustomize reads nothing
+    above its directory): they must not drift."""
+    here = K8S / "components" / "monitoring"
+    grafana = ROOT / "deploy" / "grafana"
+    for copy, source in (
+        ("dashboard-powertrip.json", "dashboards/powertrip.json"),
+        ("grafana-datasource.yml", "provisioning/datasources/prometheus.yml"),
+        ("grafana-dashboards.yml", "provisioning/dashboards/powertrip.yml"),
+    ):
+        assert (here / copy).read_bytes() == (grafana / source).read_bytes(), (
+            f"cp deploy/grafana/{source} deploy/k8s/components/monitoring/{copy}"
+        )
+
+
+def test_monitoring_scrapes_every_service_and_guards_grafanas_login(rendered):
+    """The powertrip-prometheus image's scrape configuration (deploy/prometheus/prometheus.yml,
+    the compose stack's) finds every target through a Service of the same name and port;
+    Grafana's datasource names the prometheus Service; its admin password is a Secret's file."""
+    docs = rendered["monitoring"]
+    services = {
+        d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"
+    }  # fmt: skip
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    for job in scrape["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, port = target.split(":")
+                if host != "localhost":
+                    assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}, job
+        for dns in job.get("dns_sd_configs", []):
+            (name,) = dns["names"]
+            assert services[name]["spec"]["clusterIP"] == "None", "one A record per pod"
+            assert dns["port"] in {p["port"] for p in services[name]["spec"]["ports"]}
+    source = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml")
+                            .read_text())["datasources"][0]["url"]  # fmt: skip
+    assert source == f"http://prometheus:{services['prometheus']['spec']['ports'][0]['port']}"
+    (grafana,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "grafana"]
+    (c,) = _pod_spec(grafana)["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env  # never a literal
+    secret_file = env["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod_spec(grafana)["volumes"]}
+    folder, _, key = secret_file.rpartition("/")
+    assert volumes[mounts[folder]]["secret"]["secretName"] == "powertrip-grafana"
+    assert [i["path"] for i in volumes[mounts[folder]]["secret"]["items"]] == [key]
+
+
+def test_the_service_monitor_selects_every_metrics_port():
+    """components/prometheus-operator (a CRD: not in the schema check): its ServiceMonitor
+    selects the Services that carry a `metrics` port, one per PowerTrip service, and names
+    each job after the Service, as the alert rules expect."""
+    if RENDERER is None:
+        pytest.skip("neither kubectl nor kustomize is installed")
+    docs = _render(K8S / "overlays" / "prometheus-operator")
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    chosen = [
+        d for d in docs
+        if d["kind"] == "Service" and selector.items() <= d["metadata"]["labels"].items()
+    ]  # fmt: skip
+    assert {d["metadata"]["name"] for d in chosen} == {
+        "aggregator", "policy", "profiler", "site-worker",
+    }  # fmt: skip
+    (endpoint,) = monitor["spec"]["endpoints"]
+    for service in chosen:
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        label = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+        assert label == service["metadata"]["name"]
