@@ -153,17 +153,22 @@ def env_lines(spec: BundleSpec) -> list[str]:
     return [f"{key}={value}" for key, value in env.items()]
 
 
+#: `docker run --user`: the bundle's owner, who alone may read its key and tokens (mode
+#: 0600); the image's own user (uid 65532) could not. Expanded by the shell.
+RUN_AS = '"$(id -u):$(id -g)"'
+
+
 def docker_run(spec: BundleSpec, bundle: str = '"$here"') -> str:
     """The `docker run` line that starts the worker from the bundle directory `bundle`."""
     words = [
         "docker", "run", "-d", "--name", f"powertrip-{spec.worker}",
-        "--restart", "on-failure:5",
+        "--restart", "on-failure:5", "--user", RUN_AS,
         *(["--gpus", "all"] if spec.gpus else []),
         "--env-file", f"{bundle}/{ENV_FILE}",
         "-v", f"{bundle}:{MOUNT}:ro",
         spec.image, "services.site_worker", "--threads", str(spec.threads),
     ]  # fmt: skip
-    return " ".join(w if w.startswith(bundle) else shlex.quote(w) for w in words)
+    return " ".join(w if w.startswith(bundle) or w == RUN_AS else shlex.quote(w) for w in words)
 
 
 def make_bundle(spec: BundleSpec) -> list[Path]:

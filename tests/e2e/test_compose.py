@@ -93,6 +93,27 @@ def _query(prom: str, expr: str) -> list[dict]:
     return _get(url)["data"]["result"]
 
 
+def check_dashboard_series(prom: str, leave_out: tuple[str, ...] = ()) -> None:
+    """Every series the Grafana dashboard queries is in this Prometheus (scraped within the
+    hour), and every query is valid PromQL that returns data (rate() needs 2 scrapes)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    # its template variables ($job, $instance, $site) as Grafana's "All"
+    exprs = [re.sub(r"\$\w+", ".*", t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [e for e in exprs if not any(n in e for n in leave_out)]
+    names = sorted({n for e in exprs for n in re.findall(r"\bpowertrip_[a-z0-9_]+", e)})
+    assert len(names) >= 10, names
+    missing = []
+    for name in names:
+        url = f"{prom}/api/v1/series?" + urllib.parse.urlencode(
+            {"match[]": name, "start": time.time() - 3600}
+        )
+        if not _get(url)["data"]:
+            missing.append(name)
+    assert not missing, f"dashboard queries metrics Prometheus does not have: {missing}"
+    for expr in exprs:
+        _wait(f"data for the dashboard query {expr}", lambda e=expr: _query(prom, e), 90)
+
+
 def _wait(what: str, check, timeout_s: float, every_s: float = 3.0):
     deadline = time.monotonic() + timeout_s
     last = None
@@ -354,24 +375,7 @@ def test_compose_stack_runs_shaped_and_observed(stack):
     assert len(set(configured_bw)) == SITES, f"links should differ: {configured_bw}"
 
     # every metric the Grafana dashboard queries exists in Prometheus
-    dashboard = json.loads(DASHBOARD.read_text())
-    # its template variables ($job, $instance, $site) as Grafana's "All"
-    exprs = [re.sub(r"\$\w+", ".*", t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
-    names = sorted({n for e in exprs for n in re.findall(r"\bpowertrip_[a-z0-9_]+", e)})
-    names = [n for n in names if n not in TLS_ONLY_SERIES]  # test_compose_tls.py checks those
-    assert len(names) >= 10, names
-    missing = []
-    for name in names:
-        url = f"{prom}/api/v1/series?" + urllib.parse.urlencode(
-            {"match[]": name, "start": time.time() - 3600}
-        )
-        if not _get(url)["data"]:
-            missing.append(name)
-    assert not missing, f"dashboard queries metrics Prometheus does not have: {missing}"
-    for expr in exprs:  # and each query is valid PromQL with data (rate() needs 2 scrapes)
-        if any(n in expr for n in TLS_ONLY_SERIES):
-            continue
-        _wait(f"data for the dashboard query {expr}", lambda e=expr: _query(prom, e), 90)
+    check_dashboard_series(prom, leave_out=TLS_ONLY_SERIES)  # test_compose_tls.py checks those
 
 
 def test_site_worker_without_net_admin_fails_loudly(stack):

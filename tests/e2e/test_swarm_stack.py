@@ -52,6 +52,7 @@ from tests.e2e.test_compose import (
     _run,
     _wait,
     bridge_address,
+    check_dashboard_series,
     last_round,
     make_certs,
     make_site_bundle,
@@ -61,6 +62,8 @@ from tests.e2e.test_compose import (
 )
 
 STACK_FILE = DEPLOY / "swarm" / "stack.yml"
+#: Prometheus (and Grafana, 0 replicas here: its image comes from Docker Hub) in the same stack
+MONITORING_FILE = DEPLOY / "swarm" / "monitoring.yml"
 SITES = 4  # in total: 2 replicas, then 3 after `docker service scale`, plus 1 remote
 LOCAL_FIRST, LOCAL_SCALED = 2, 3
 ROUNDS = int(os.environ.get("POWERTRIP_SWARM_ROUNDS", "40"))
@@ -162,15 +165,26 @@ def _save_logs(stack: str, services: list[str], path: Path) -> None:
 def _remove_stack(stack: str) -> None:
     _docker("stack", "rm", stack, check=False)
     _wait(f"stack {stack} removed", lambda: not _leftovers(stack), 120, every_s=1)
+    # `stack rm` keeps named volumes: Prometheus' series
+    _docker("volume", "rm", f"{stack}_prometheus-data", check=False)
+
+
+#: the user the images run as (deploy/Dockerfile's USER)
+IMAGE_UID = 65532
 
 
 @pytest.fixture(scope="module")
 def swarm_stack():
     stack = f"ptswarm{os.getpid()}"
     runs = Path(tempfile.mkdtemp(prefix="powertrip-swarm-"))
+    # the aggregator runs as the images' uid 65532 and writes its run here (a host directory)
+    if os.geteuid() == 0:
+        os.chown(runs, IMAGE_UID, IMAGE_UID)
+    else:
+        runs.chmod(0o777)
     secrets = runs / "secrets"
     bridge = bridge_address()
-    agg_port, prof_port = _free_port(), _free_port()
+    agg_port, prof_port, prom_port = _free_port(), _free_port(), _free_port()
     env = stack_env(
         runs,
         "swarm",
@@ -188,23 +202,29 @@ def swarm_stack():
         POWERTRIP_TRAINER_IMAGE=f"powertrip-trainer:{TAG}",
         POWERTRIP_AGGREGATOR_PORT=str(agg_port),
         POWERTRIP_PROFILER_PORT=str(prof_port),
+        POWERTRIP_PROMETHEUS_IMAGE=f"powertrip-prometheus:{TAG}",
+        POWERTRIP_PROMETHEUS_PORT=str(prom_port),
+        POWERTRIP_GRAFANA_PORT=str(_free_port()),
+        POWERTRIP_GRAFANA_REPLICAS="0",
     )
     # the images: the compose file's build, as the other e2e tests make them (cached layers)
     _run([str(DEPLOY / "wheelhouse.sh")], env=env, timeout=600)
     compose = [*_compose(), "-p", stack, "-f", str(DEPLOY / "docker-compose.yml")]
-    _run([*compose, "build", "policy", "aggregator"], env=env, timeout=900)
+    _run([*compose, "build", "policy", "aggregator", "prometheus"], env=env, timeout=900)
     # the aggregator's certificate also names the address the remote worker dials
     make_certs(secrets, f"IP:{bridge}")
+    (secrets / "grafana-admin-password").write_text(os.urandom(18).hex() + "\n")
     remote_name = f"{stack}-remote"
     detach = ["--detach=true"] if "--detach" in _docker("stack", "deploy", "--help") else []
     with _swarm() as swarm:
         try:
-            _run(["docker", "stack", "deploy", *detach, "-c", str(STACK_FILE), stack], env=env,
-                 timeout=300)  # fmt: skip
+            _run(["docker", "stack", "deploy", *detach, "-c", str(STACK_FILE),
+                  "-c", str(MONITORING_FILE), stack], env=env, timeout=300)  # fmt: skip
             yield {
                 "stack": stack, "env": env, "runs": runs, "out": runs / "swarm",
                 "audit": runs / "swarm-audit", "secrets": secrets, "bridge": bridge,
                 "agg_port": agg_port, "prof_port": prof_port, "swarm": swarm,
+                "prom": f"http://127.0.0.1:{prom_port}",
                 "remote": remote_name, "remote_container": f"powertrip-{remote_name}",
             }  # fmt: skip
         finally:
@@ -392,6 +412,10 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     figures["total"] = f"{time.monotonic() - t0:.0f} s from deploy to the audit"
     for key, value in figures.items():
         print(f"{key}: {value}")
+
+    # 5b. Prometheus in the stack (monitoring.yml) scraped every series the dashboard queries,
+    # over the overlay by the stack's service names, certificate expiry included (TLS is on)
+    check_dashboard_series(stack["prom"])
 
     # 6. tear down: nothing of the stack left (the fixture then restores the swarm)
     _save_logs(name, ["aggregator", "profiler", "policy", "site-worker"],

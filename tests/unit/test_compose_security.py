@@ -283,3 +283,27 @@ def test_k8s_token_is_a_secret_file_and_only_plaintext_is_insecure(tmp_path):
             if name == "aggregator":
                 want = "1" if variant == "base" else "0"
                 assert env["POWERTRIP_INSECURE"]["value"] == want, variant
+
+
+def test_grafana_takes_its_admin_password_from_a_file_and_gpu_workers_request_a_gpu(tmp_path):
+    """Grafana never keeps its default admin/admin: the password is a mounted secret file.
+    docker-compose.gpu.yml gives each site worker one NVIDIA GPU (a device request) and
+    POWERTRIP_SITE_WORKER_DEVICE=cuda, and changes nothing else."""
+    secrets = tmp_path / "secrets"
+    env = {"POWERTRIP_SECRETS_DIR": str(secrets)}
+    base = _config("docker-compose.yml", env=env)
+    grafana_env, mounts = _env_of(base["grafana"]), _mounts(base["grafana"])
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana_env
+    password = grafana_env["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    assert Path(mounts[password]) == secrets / "grafana-admin-password"
+    gpu = _config("docker-compose.yml", "docker-compose.gpu.yml", env=env)
+    (device,) = gpu["site-worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert device["capabilities"] == ["gpu"] and device["count"] == 1
+    assert _env_of(gpu["site-worker"])["POWERTRIP_SITE_WORKER_DEVICE"] == "cuda"
+
+    def same(service: dict) -> dict:  # docker-compose may reorder the volumes it merges
+        return {**service, "volumes": sorted(map(str, service.get("volumes", [])))}
+
+    for name in base:
+        if name != "site-worker":
+            assert same(gpu[name]) == same(base[name]), name

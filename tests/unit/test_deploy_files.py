@@ -223,3 +223,32 @@ def test_entrypoint_builds_the_run_config_from_the_environment():
         entry.run_config({"POWERTRIP_RUN_NUM_SITE": "3"})  # misspelt: named, not ignored
     with pytest.raises(ConfigError, match="clock"):
         entry.run_config({"POWERTRIP_RUN_CLOCK": "sundial"})
+
+
+def test_images_run_unprivileged_and_only_the_listed_services_run_as_root():
+    """The Dockerfile's service images end with USER 65532; compose and Swarm run a service as
+    root only where deploy/README.md's "Who runs as root" says it must (bind-mounted host
+    files, tc), and Swarm hands the non-root services their secrets as uid 65532."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", dockerfile, flags=re.M)[1:]
+    final = {s.split()[2]: s for s in stages if " AS " in s.split("\n")[0]}
+    for target in ("services", "trainer"):
+        users = re.findall(r"^USER (\S+)", final[target], flags=re.M)
+        assert users == ["65532:65532"], (target, users)
+        assert final[target].rstrip().splitlines()[-1].startswith("ENTRYPOINT")
+    assert "useradd --system --uid 65532" in dockerfile
+
+    def as_root(path: str) -> set[str]:
+        services = yaml.safe_load((DEPLOY / path).read_text())["services"]
+        return {name for name, s in services.items() if str(s.get("user", "")) in ("root", "0")}
+
+    assert as_root("docker-compose.yml") == {"aggregator", "site-worker"}
+    assert as_root("docker-compose.tls.yml") == {"policy", "profiler"}
+    assert as_root("swarm/stack.yml") == {"site-worker"}
+    stack = yaml.safe_load((DEPLOY / "swarm" / "stack.yml").read_text())["services"]
+    for name in ("policy", "profiler", "aggregator"):
+        for secret in stack[name]["secrets"]:
+            assert (secret["uid"], secret["gid"]) == ("65532", "65532"), (name, secret)
+    table = (DEPLOY / "README.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
+    for name in ("`aggregator`", "`site-worker`", "`policy`, `profiler`"):
+        assert name in table

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from powertrip.app.cli import main
-from powertrip.app.sitebundle import MOUNT, BundleError, BundleSpec, docker_run, make_bundle
+from powertrip.app.sitebundle import (
+    MOUNT,
+    RUN_AS,
+    BundleError,
+    BundleSpec,
+    docker_run,
+    make_bundle,
+)
 from powertrip.core.envnames import RENAMED
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
@@ -96,8 +103,11 @@ def test_docker_run_sh_runs_the_documented_line(secrets, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     args = record.read_text().splitlines()
-    expected = shlex.split(docker_run(spec, bundle=str(out)))[1:]
+    line = docker_run(spec, bundle=str(out)).replace(RUN_AS, f"{os.getuid()}:{os.getgid()}")
+    expected = shlex.split(line)[1:]
     assert args == expected
+    # as the bundle's owner, who alone may read its key (the image's own user may not)
+    assert args[args.index("--user") + 1] == f"{os.getuid()}:{os.getgid()}"
     assert args[:4] == ["run", "-d", "--name", "powertrip-vm-1"]
     assert ["--gpus", "all"] == args[args.index("--gpus") : args.index("--gpus") + 2]
     assert f"{out}:{MOUNT}:ro" in args and f"{out}/site.env" in args

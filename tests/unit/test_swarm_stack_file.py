@@ -107,3 +107,41 @@ def test_docker_loads_the_stack_file():
     assert worker["cap_add"] == ["NET_ADMIN"]
     ports = rendered["services"]["aggregator"]["ports"]
     assert [(p["target"], p["published"], p["mode"]) for p in ports] == [(50051, 50051, "host")]
+
+
+def test_monitoring_finds_every_service_and_guards_grafanas_login():
+    """deploy/swarm/monitoring.yml, deployed into the same stack: Prometheus's scrape
+    configuration (the image's, deploy/prometheus/prometheus.yml) names services of the stack
+    that resolve per task (endpoint_mode dnsrr) on the shared overlay; Grafana's admin password
+    is a swarm secret and its provisioning files are deploy/grafana's."""
+    stack = _stack()
+    monitoring = yaml.safe_load((DEPLOY / "swarm" / "monitoring.yml").read_text())
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    named = {
+        t.split(":")[0] for job in scrape["scrape_configs"]
+        for s in job.get("static_configs", []) for t in s["targets"]
+    } | {n for job in scrape["scrape_configs"] for d in job.get("dns_sd_configs", [])
+         for n in d["names"]}  # fmt: skip
+    named.discard("localhost")
+    assert named == set(GRPC_SERVICES)
+    for name in named:
+        assert stack["services"][name]["deploy"]["endpoint_mode"] == "dnsrr", name
+    for service in monitoring["services"].values():
+        assert service["networks"] == ["powertrip"]
+    grafana = monitoring["services"]["grafana"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana["environment"]
+    target = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+    (secret,) = grafana["secrets"]
+    assert f"/run/secrets/{secret['target']}" == target
+    assert secret["source"] in monitoring["secrets"]
+    for config in monitoring["configs"].values():
+        assert (DEPLOY / "swarm" / config["file"]).resolve().is_file(), config
+
+
+def test_gpu_override_reserves_one_gpu_per_site_worker():
+    gpu = yaml.safe_load((DEPLOY / "swarm" / "gpu.yml").read_text())
+    assert set(gpu["services"]) == {"site-worker"}
+    worker = gpu["services"]["site-worker"]
+    (resource,) = worker["deploy"]["resources"]["reservations"]["generic_resources"]
+    assert resource["discrete_resource_spec"] == {"kind": "NVIDIA-GPU", "value": 1}
+    assert worker["environment"]["POWERTRIP_SITE_WORKER_DEVICE"] == "cuda"
