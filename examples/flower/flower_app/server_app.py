@@ -1,0 +1,60 @@
+"""The ServerApp: FedAvg over the nodes that PowerTrip's policy chooses each round, with a
+centralized evaluation on the workload's held-out split (the accuracy the policy learns from)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+
+from flower_app.task import Settings, new_model, test_split
+from powertrip.app.flower import PowerTripStrategy
+from powertrip.core.training import eval_subset, evaluate
+from powertrip.core.workloads import get_workload
+
+
+def run(grid: Grid, settings: Settings, out: Path | None = None) -> PowerTripStrategy:
+    """One run; returns the strategy (its `rounds` hold every decision)."""
+    workload = get_workload(settings.workload)
+    defaults = workload.defaults
+    test = test_split(settings.workload, settings.seed)
+    keep = eval_subset(len(test.y), defaults.eval_samples, settings.seed)
+    model = new_model(settings.workload, settings.seed)
+
+    def centralized(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        accuracy, loss = evaluate(workload, model, test.x[keep], test.y[keep])
+        return MetricRecord({"accuracy": accuracy, "loss": loss})
+
+    strategy = PowerTripStrategy(
+        settings.policy, settings.params, tau_s=defaults.tau_s,
+        update_size_bytes=defaults.update_size_bytes, seed=settings.seed, clock=settings.clock,
+        target_accuracy=defaults.target_accuracy, fraction_evaluate=0.0,
+    )  # fmt: skip
+    strategy.start(
+        grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=settings.num_server_rounds, evaluate_fn=centralized,
+    )  # fmt: skip
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        strategy.write_rounds(out / "rounds.csv")
+    return strategy
+
+
+def build(settings_of, out: Path | None = None, done=None) -> ServerApp:
+    """The ServerApp, its settings from `settings_of(context)`; `done(strategy)` is called
+    at the end (simulate.py keeps the decisions)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = run(grid, settings_of(context), out)
+        if done is not None:
+            done(strategy)
+
+    return app
+
+
+#: for `flwr run` (pyproject.toml): settings from the run_config, rounds.csv in runs/flower
+app = build(lambda context: Settings.from_run_config(context.run_config), Path("runs/flower"))
