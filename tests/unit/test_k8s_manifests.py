@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 K8S_VERSION = "1.30"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
-OVERLAYS = ("gpu", "shaping", "tls", "monitoring")
+OVERLAYS = ("gpu", "shaping", "tls", "monitoring", "site-tokens")
 #: rendered variants: base, each overlay, and all components together (a temporary overlay)
 VARIANTS = ("base", *OVERLAYS, "all")
 GPU = "nvidia.com/gpu"
@@ -165,7 +165,7 @@ def test_every_object_validates_against_the_kubernetes_schema(rendered, variant)
 def test_the_example_secrets_validate():
     docs = _secrets_example()
     assert {d["metadata"]["name"] for d in docs} == {
-        "powertrip-join-token", "powertrip-tls", "powertrip-grafana",
+        "powertrip-join-token", "powertrip-tls", "powertrip-grafana", "powertrip-site-tokens",
     }  # fmt: skip
     for doc in docs:
         kv.validate(doc, K8S_VERSION, strict=True)
@@ -535,3 +535,27 @@ def test_the_service_monitor_selects_every_metrics_port():
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         label = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
         assert label == service["metadata"]["name"]
+
+
+def test_site_tokens_reach_the_aggregator_and_each_worker_presents_its_own(rendered, tmp_path):
+    """components/site-tokens: the aggregator and every site-worker pod read the Secret's
+    site-tokens.yaml through POWERTRIP_SITE_TOKENS; pod i hosts site i (its Job index), so the
+    token it presents is site i's. The example Secret parses as the tokens file."""
+    from powertrip.rpc.sitetokens import load_site_tokens
+
+    for name in ("aggregator", "site-worker"):
+        (w,) = [w for w in _workloads(rendered["site-tokens"]) if w["metadata"]["name"] == name]
+        (c,) = _pod_spec(w)["containers"]
+        path = next(e["value"] for e in c["env"] if e["name"] == "POWERTRIP_SITE_TOKENS")
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        folder, _, key = path.rpartition("/")
+        volume = next(v for v in _pod_spec(w)["volumes"] if v["name"] == mounts[folder])
+        assert volume["secret"]["secretName"] == "powertrip-site-tokens"
+        assert [i["path"] for i in volume["secret"]["items"]] == [key]
+    for w in _workloads(rendered["base"]):
+        env = [e["name"] for c in _pod_spec(w)["containers"] for e in c.get("env", [])]
+        assert "POWERTRIP_SITE_TOKENS" not in env, "only with the component"
+    example = {d["metadata"]["name"]: d for d in _secrets_example()}["powertrip-site-tokens"]
+    tokens_file = tmp_path / "site-tokens.yaml"
+    tokens_file.write_text(example["stringData"]["site-tokens.yaml"])
+    assert list(load_site_tokens(tokens_file)) == ["site-000"]
