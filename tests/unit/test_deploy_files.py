@@ -252,3 +252,16 @@ def test_images_run_unprivileged_and_only_the_listed_services_run_as_root():
     table = (DEPLOY / "README.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
     for name in ("`aggregator`", "`site-worker`", "`policy`, `profiler`"):
         assert name in table
+
+
+def test_make_demo_installs_the_base_only():
+    """`make demo` needs no extras: it sets up with EXTRAS= (the base install) unless a
+    current install is there, and does not depend on `setup` (which installs every extra)."""
+    makefile = (REPO / "Makefile").read_text()
+    head, _, rest = makefile.partition("\ndemo:")
+    prerequisites = rest.split("##")[0].split("\n")[0]
+    assert "setup" not in prerequisites, prerequisites
+    recipe = rest.split("\n\n")[0]
+    assert "setup EXTRAS=;" in recipe.replace(" \\\n", " "), recipe
+    # and an empty EXTRAS installs `-e .`, not `-e .[]`
+    assert '-e ".$(if $(EXTRAS),[$(EXTRAS)])"' in makefile
