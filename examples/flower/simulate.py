@@ -5,7 +5,7 @@
 Writes OUT/rounds.csv (round, k, sites, round_time_s, sim_time_s, accuracy: a
 time-to-accuracy curve on PowerTrip's time model) and OUT/decisions.json (per round: the
 profiles the policy saw, the history it had and the sites it chose), which
-tests/integration/test_flower_strategy.py replays against the policy service.
+tests/integration/test_flower_simulation.py replays against the policy service.
 """
 
 from __future__ import annotations

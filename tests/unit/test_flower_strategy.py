@@ -4,7 +4,7 @@ strategy decides or services/policy/selection.py does from the SelectSitesReques
 service would get. Also: profiles cross as Flower ConfigRecords and bad ones are refused,
 centralized policies are refused, an unknown policy name lists the valid ones.
 The same comparison over a real Flower simulation and a real policy service process:
-tests/integration/test_flower_strategy.py."""
+tests/integration/test_flower_simulation.py."""
 
 from __future__ import annotations
 
