@@ -117,7 +117,7 @@ def _resume_args(args: argparse.Namespace) -> None:
 def _resolve_workload(config: RunConfig) -> RunConfig:
     from powertrip.core.workloads import get_workload
 
-    workload = get_workload(config.workload)
+    workload = get_workload(config.workload, config.peft)
     workload.check_data(config.data_dir)
     return config.resolved(workload.defaults)
 

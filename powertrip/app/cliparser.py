@@ -270,6 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("workload", help=f"one of {WORKLOADS}")
     prepare.add_argument("--cache-dir", help="where to write the prepared data")
+    pretrain = data_sub.add_parser(
+        "pretrain",
+        help="pretrain shakespeare-lm's base on the plays no site holds (seeded, CPU minutes)",
+    )
+    pretrain.add_argument("workload", choices=["shakespeare-lm"])
+    pretrain.add_argument("--steps", type=int, default=3000, help="AdamW steps (default 3000)")
+    pretrain.add_argument("--batch-size", type=int, default=64)
+    pretrain.add_argument("--lr", type=float, default=3e-3)
+    pretrain.add_argument("--seed", type=int, default=0)
+    pretrain.add_argument(
+        "--out", help="the base's file (default: data/shakespeare-lm/base.safetensors)"
+    )
 
     bundle = sub.add_parser(
         "site-bundle",

@@ -13,6 +13,7 @@ import yaml
 
 from powertrip.core import footprint, policyparams
 from powertrip.core.clocks import CLOCKS
+from powertrip.core.peftspec import PeftSpec, PeftSpecError
 from powertrip.core.profiles import (
     DISTANCE_DISTRIBUTIONS,
     GPUS_PER_SITE,
@@ -69,6 +70,7 @@ LATER_SETTINGS: dict[str, Any] = {
     "tau_source": "fixed",
     "gpus_available_min_fraction": 1.0,
     "gpus_available_max_fraction": 1.0,
+    "peft": "none",
 }
 _ABSENT = object()
 
@@ -103,6 +105,9 @@ class RunConfig:
     seed: int = 0
     clock: str = "simulated"
     work_model: str = "local-steps"
+    #: how the sites fine-tune a pretrained base: none (in full), lora or qlora, with
+    #: options, e.g. "lora:r=8,alpha=16" (powertrip/core/peft.py; shakespeare-lm only)
+    peft: str = "none"
     estimator: str = "paper"
     #: transfers charged per round: 1 = the site's update to the aggregator, as the paper's
     #: Eq. 3 and §5.1 charge it; 2 also charges the model download
@@ -285,6 +290,10 @@ class RunConfig:
                 raise ConfigError(
                     named(f"{name} must be one of {', '.join(allowed)}, got {value!r}", name)
                 )
+        try:
+            PeftSpec.parse(self.peft)
+        except PeftSpecError as exc:
+            raise ConfigError(named(str(exc), "peft")) from None
         need(self.num_sites >= 1, "num_sites (--sites)", f"must be >= 1, got {self.num_sites}")
         need(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
         need(self.max_sim_hours >= 0, "max_sim_hours", f"must be >= 0, got {self.max_sim_hours}")

@@ -48,18 +48,20 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir")
+    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     NUM_SITES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    PEFT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     workload: str
     num_sites: int
     seed: int
     data_dir: str
-    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ...) -> None: ...
+    peft: str
+    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ..., peft: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "site_ids", "spec", "session_token")

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()
         run.validate()
-        workload = get_workload(run.workload)
+        workload = get_workload(run.workload, run.peft)
         run = run.resolved(workload.defaults)
     except (ConfigError, UnknownWorkload) as exc:
         print(f"aggregator: {exc}", file=sys.stderr)

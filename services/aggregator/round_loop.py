@@ -63,7 +63,7 @@ class RoundLoop:
         self.clock = clock_of(self.run)
         self.state = state
         self.metrics = metrics
-        self.workload = get_workload(self.run.workload)
+        self.workload = get_workload(self.run.workload, self.run.peft)
         self.evaluator = Evaluator(self.workload, self.run)
         self.control = ControlClient(self.run, metrics)
         self.checkpoints = CheckpointStore(config.out_dir, self.run)

@@ -37,6 +37,7 @@ def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
         num_sites=run.num_sites,
         seed=run.seed,
         data_dir=run.data_dir or "",
+        peft=run.peft,
     )
 
 

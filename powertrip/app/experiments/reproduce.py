@@ -188,7 +188,7 @@ def main(args: Any) -> int:
         return 0
     from powertrip.core.workloads import get_workload
 
-    resolved = base.resolved(get_workload(base.workload).defaults)
+    resolved = base.resolved(get_workload(base.workload, base.peft).defaults)
     meta: dict[str, Any] = {
         "figures": figures,
         "seeds": seeds,
