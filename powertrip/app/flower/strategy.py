@@ -32,7 +32,7 @@ from logging import INFO
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.server import Grid
 from flwr.serverapp.strategy import FedAvg
@@ -61,6 +61,8 @@ class RoundLog:
     accuracy: float = math.nan
     delivered: int = 0
     profiles: list[SiteProfile] = field(default_factory=list)  # what the policy saw
+    #: each chosen site's own time on the time model, in rank order (`site_times_s`)
+    site_time_s: list[float] = field(default_factory=list)
     # what each site that delivered reported (the services' RoundRecord; Oort reads them)
     reported_site_ids: list[str] = field(default_factory=list)
     site_train_loss: list[float] = field(default_factory=list)
@@ -228,27 +230,23 @@ class PowerTripStrategy(FedAvg):
             predicted_round_time_s=decision.predicted_round_time_s,
             explanation=decision.explanation,
             profiles=profiles,
+            site_time_s=self.site_times_s(ctx, decision.order),
         ))  # fmt: skip
-        self._table, self._order = ctx.table, decision.order
         log(INFO, "configure_train: PowerTrip %s chose k=%d of %d sites: %s",
             self.policy_name, len(chosen), len(nodes),
             ", ".join(self.rounds[-1].site_ids[:10]))  # fmt: skip
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._round_started = time.monotonic()
-        return self._construct_messages(record, chosen, "train")
+        return self._construct_messages(record, chosen, MessageType.TRAIN)
 
     # ---- what came of it -------------------------------------------------------------
-    def site_times_s(self) -> list[float]:
+    def site_times_s(self, ctx: Context, order: np.ndarray) -> list[float]:
         """Each chosen site's own time on the time model (local-steps: tau / p_i +
-        T_comm,i, Eq. 3), in rank order."""
-        t, order = self._table, np.asarray(self._order, dtype=np.int64)
+        T_comm,i, Eq. 3), in rank order; the round's charge is their maximum, the
+        straggler's, as the services' simulated clock charges a round (no aggregation)."""
+        t, order = ctx.table, np.asarray(order, dtype=np.int64)
         return (self.tau_s / t.power[order] + t.comm_s[order]).tolist()
-
-    def charged_round_time_s(self) -> float:
-        """The time model's charge for the round: the straggler's time, as the services'
-        simulated clock charges a round (no aggregation time)."""
-        return max(self.site_times_s())
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -258,7 +256,7 @@ class PowerTripStrategy(FedAvg):
         arrays, metrics = super().aggregate_train(server_round, replies)
         last = self.rounds[-1]
         site_of = dict(zip(last.node_ids, last.site_ids, strict=True))
-        own_time = dict(zip(last.site_ids, self.site_times_s(), strict=True))
+        own_time = dict(zip(last.site_ids, last.site_time_s, strict=True))
         for reply in replies:
             if reply.has_error() or reply.metadata.src_node_id not in site_of:
                 continue
@@ -270,7 +268,7 @@ class PowerTripStrategy(FedAvg):
             last.site_duration_s.append(own_time[site] if self.clock == "simulated" else elapsed)
         last.delivered = len(last.reported_site_ids)
         if self.clock == "simulated":
-            last.round_time_s = self.charged_round_time_s()
+            last.round_time_s = max(last.site_time_s)
         else:
             last.round_time_s = elapsed
         before = self.rounds[-2].sim_time_s if len(self.rounds) > 1 else 0.0
