@@ -107,6 +107,12 @@ def run_state(address: str, timeout_s: float = 5.0) -> str | None:
         channel.close()
 
 
+def _worker_id_given(argv: list[str]) -> bool:
+    """The worker id is named by its flag or its variable (the worker itself warns about an
+    old variable name: not twice)."""
+    return _flag(argv, "--worker-id") is not None or bool(getenv(WORKER_ID_ENV, warn=False))
+
+
 def indexed_job_args(argv: list[str], env: dict[str, str]) -> list[str]:
     """In a Kubernetes Indexed Job (JOB_COMPLETION_INDEX = i), the pod hosts site i under the
     worker id site-worker-i, unless the flags or the environment name them: a restarted or
@@ -114,7 +120,7 @@ def indexed_job_args(argv: list[str], env: dict[str, str]) -> list[str]:
     index = env.get("JOB_COMPLETION_INDEX", "")
     if not index.isdigit():
         return argv
-    if _flag(argv, "--worker-id") is None and not getenv(WORKER_ID_ENV, warn=False):
+    if not _worker_id_given(argv):
         argv = [*argv, f"--worker-id=site-worker-{index}"]
     if _flag(argv, "--sites") is None and not getenv(SITES_ENV, warn=False):
         argv = [*argv, f"--sites={site_id(int(index))}"]
@@ -123,9 +129,8 @@ def indexed_job_args(argv: list[str], env: dict[str, str]) -> list[str]:
 
 def supervise_worker(argv: list[str]) -> int:
     """Run the site worker; rejoin while the aggregator's run is unfinished (see above)."""
-    # (the worker itself warns about an old variable name: not twice)
     argv = indexed_job_args(argv, os.environ)
-    if _flag(argv, "--worker-id") is None and not getenv(WORKER_ID_ENV, warn=False):
+    if not _worker_id_given(argv):
         argv = [*argv, f"--worker-id={os.environ.get('HOSTNAME') or os.uname().nodename}-1"]
     # the worker's own defaults: the flag, else the environment (a site bundle's env file)
     aggregator = (

@@ -118,5 +118,11 @@ class AdapterOnly(torch.nn.Module):
         return super().train(mode)
 
     def _apply(self, fn, *args, **kwargs):
-        self.base._apply(fn, *args, **kwargs)  # device and dtype moves reach the frozen base
-        return super()._apply(fn, *args, **kwargs)
+        """Device and dtype moves go through the whole model once; the adapters are its own
+        Parameters, so they are taken from it again (a conversion may make new ones) rather
+        than converted a second time here."""
+        self.base._apply(fn, *args, **kwargs)
+        params = dict(self.base.named_parameters())
+        for key in list(self.adapters):
+            self.adapters[key] = params[key.replace("__", ".")]
+        return self
