@@ -171,6 +171,7 @@ def run_summary(
         "seed": run.seed,
         "rounds": result.rounds,
         "target_accuracy": run.target_accuracy,
+        "target_perplexity": run.target_perplexity,
         "final_accuracy": result.accuracy,
         "best_accuracy": result.best_accuracy,
         "time_to_target_s": result.time_to_target_s,

@@ -191,7 +191,7 @@ class RoundLoop:
             )  # fmt: skip
             done = self._advance(round_no, selection, planned, trained, wall_round_s, footprint)
             self._record(done)
-            stop = self._stop_after(done.accuracy)
+            stop = self._stop_after(done.accuracy, done.loss)
             if self.run.checkpoint:
                 self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
         # last, so that the checkpoint's time is in it: a crash just before leaves a round
@@ -297,7 +297,7 @@ class RoundLoop:
         self.metrics.show_round(files.row)
         self.state.publish_round(files.history)
 
-    def _stop_after(self, accuracy: float) -> bool:
+    def _stop_after(self, accuracy: float, loss: float) -> bool:
         result = self.result
         reason = stop_reason(
             accuracy,
@@ -305,6 +305,8 @@ class RoundLoop:
             result.time_to_target_s is not None,
             result.sim_time_s,
             self.run.max_sim_hours,
+            loss=loss,
+            target_perplexity=self.run.target_perplexity,
         )
         if reason == TARGET_REACHED:
             result.time_to_target_s = result.sim_time_s

@@ -1,13 +1,16 @@
 """When a run stops: the one place that decides it.
 
 The aggregator alone owns the stop decision; the policy sends none (Selection.stop is
-reserved in the contract). A run stops when a round reaches the target accuracy, when the
+reserved in the contract). A run stops when a round reaches the target (the accuracy, or
+the perplexity when the run sets target_perplexity), when the
 time budget is spent (on the simulated clock, already when the next round would overrun
 it) or after max_rounds.
 Pure functions, so the rule is testable without a run.
 """
 
 from __future__ import annotations
+
+import math
 
 TARGET_REACHED = "target_reached"
 TIME_BUDGET = "time_budget"
@@ -29,11 +32,28 @@ def stop_reason(
     target_reached_before: bool,
     sim_time_s: float,
     max_sim_hours: float | None,
+    *,
+    loss: float = math.inf,
+    target_perplexity: float | None = None,
 ) -> str | None:
-    """Why the run stops after a round that ends at `sim_time_s` with `accuracy`, or None.
-    The round limit is the loop's own bound (MAX_ROUNDS), checked before the next round."""
-    if accuracy >= target_accuracy and not target_reached_before:
+    """Why the run stops after a round that ends at `sim_time_s` with `accuracy` and held-out
+    mean cross-entropy `loss`, or None. With a `target_perplexity`, the target is
+    exp(loss) <= it and the accuracy does not stop the run. The round limit is the loop's
+    own bound (MAX_ROUNDS), checked before the next round."""
+    if target_reached(accuracy, target_accuracy, loss, target_perplexity) and not (
+        target_reached_before
+    ):
         return TARGET_REACHED
     if max_sim_hours and sim_time_s >= max_sim_hours * 3600:
         return TIME_BUDGET
     return None
+
+
+def target_reached(
+    accuracy: float, target_accuracy: float, loss: float, target_perplexity: float | None
+) -> bool:
+    """The run's target: the perplexity when it has one (not None or 0), else the accuracy.
+    A NaN loss (a diverged model) reaches no perplexity."""
+    if target_perplexity:
+        return math.exp(min(loss, 700.0)) <= target_perplexity  # exp(>709) overflows
+    return accuracy >= target_accuracy

@@ -1,5 +1,5 @@
 """The paper's evaluation, one module per figure (§2.1: Figs. 2-3, §5: Figs. 5-14) plus
-our ablation.
+our ablation and studies (held-out seeds, tau, LLM fine-tuning).
 
 Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's text),
 the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
@@ -29,6 +29,7 @@ from powertrip.app.paper import (
     fig13,
     fig14,
     heldout,
+    llm,
     tau_sweep,
 )
 
@@ -49,6 +50,7 @@ MODULES: tuple[ModuleType, ...] = (
     ablation,
     heldout,
     tau_sweep,
+    llm,
 )
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Figs. 2,
@@ -71,6 +73,7 @@ FIGURES: dict[str, ModuleType] = {
     "ablation": ablation,
     "heldout": heldout,
     "tau": tau_sweep,
+    "llm": llm,
 }
 
 #: canonical key ('6-7', '8', ..., 'ablation') -> suite

@@ -44,6 +44,9 @@ class WorkloadDefaults:
     # a site's local optimiser (`powertrip.core.training.OPTIMIZERS`), created fresh every round:
     # plain SGD as in the paper, except where a model does not learn with it (KWT-1 needs AdamW)
     optimizer: str = "sgd"
+    #: a held-out perplexity target that replaces target_accuracy (RunConfig.target_perplexity);
+    #: None for the classification workloads
+    target_perplexity: float | None = None
 
 
 @dataclass
