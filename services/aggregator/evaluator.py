@@ -41,7 +41,9 @@ class Evaluator:
     def load(self) -> None:
         """Load the held-out data (before any worker is served: it may be slow or fail)."""
         dataset = self.workload.load(self.run.data_dir, self.run.seed)
-        ix = eval_subset(len(dataset.test), self.run.eval_samples, self.run.seed)
+        fixed = self.workload.defaults.eval_seed
+        seed = self.run.seed if fixed is None else fixed
+        ix = eval_subset(len(dataset.test), self.run.eval_samples, seed)
         self.x, self.y = dataset.test.x[ix], dataset.test.y[ix]
         self.model = self.workload.build_model()
 

