@@ -82,6 +82,16 @@ def _add_set_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_ray_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="make the runs as tasks on a Ray cluster, all at once: 'auto' (the cluster this "
+        "machine joined with `ray start`), HOST:PORT or ray://HOST:10001; results land in "
+        "the same run directories (extra [ray]; powertrip/app/experiments/raycluster.py)",
+    )
+
+
 def _add_objective_option(parser: argparse.ArgumentParser) -> None:
     """compare and report rank a comparison by one objective; the table shows all four."""
     from powertrip.app.report.objectives import OBJECTIVES
@@ -162,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_objective_option(compare)
     _add_result_format_option(compare)
+    _add_ray_option(compare)
 
     sweep = sub.add_parser(
         "sweep",
@@ -173,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--k", required=True, help="comma-separated k values, e.g. 10,20,30")
     _add_result_format_option(sweep)
     _add_time_budget_option(sweep)
+    _add_ray_option(sweep)
 
     reproduce = sub.add_parser(
         "reproduce",

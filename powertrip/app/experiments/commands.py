@@ -8,7 +8,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,8 +234,13 @@ def _print_summary(outcome: RunOutcome, label: str = "", args=None) -> None:
     s = outcome.summary
     ttt = s.get("time_to_target_s")
     reached = f"{ttt / 3600:.3f} h" if ttt is not None else "not reached"
+    target = (
+        f"perplexity {s['target_perplexity']:g}"
+        if s.get("target_perplexity")
+        else f"{s['target_accuracy']:.0%}"
+    )
     print(
-        f"{label or s['policy']}: time to {s['target_accuracy']:.0%} = {reached}; "
+        f"{label or s['policy']}: time to {target} = {reached}; "
         f"{s['rounds']} rounds, "
         f"final accuracy {s['final_accuracy']:.4f}, mean k {s['mean_k']:.1f} -> {outcome.out_dir}"
     )
@@ -354,25 +359,38 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
     args.out = str(out)
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
-    best: float | None = None
-    with contextlib.ExitStack() as stack:
-        runner = _Runner(out, args, stack)
-        for spec in policies:
-            params = {**config.policy_params, **spec.params}
-            run_config = dataclasses.replace(config, policy=spec.policy, policy_params=params)
-            if factor and best is not None:
-                cap_h = factor * best / 3600
-                if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
-                    run_config.max_sim_hours = cap_h
-            label = spec.text if spec.params else ""
-            outcome = runner.run(f"policy {spec.text}", run_config, out / spec.dirname, label=label)
-            _print_summary(outcome, spec.text, args)
-            if outcome.time_to_target_s is not None:
-                best = (
-                    outcome.time_to_target_s
-                    if best is None
-                    else min(best, outcome.time_to_target_s)
-                )
+
+    def planned(spec: PolicySpec, best: float | None) -> PlannedRun:
+        params = {**config.policy_params, **spec.params}
+        run_config = dataclasses.replace(config, policy=spec.policy, policy_params=params)
+        if factor and best is not None:
+            cap_h = factor * best / 3600
+            if not run_config.max_sim_hours or cap_h < run_config.max_sim_hours:
+                run_config.max_sim_hours = cap_h
+        label = spec.text if spec.params else ""
+        return PlannedRun(f"policy {spec.text}", run_config, out / spec.dirname, label)
+
+    if getattr(args, "ray", None):
+        # the first policy alone, then every other at once, each cut off at factor x the
+        # first's time (one after another, a later run may lower the cut-off for the next)
+        _on_ray(out, args, [planned(policies[0], None)])
+        first = json.loads((out / policies[0].dirname / runfiles.SUMMARY).read_text())
+        best = first.get("time_to_target_s")
+        _on_ray(out, args, [planned(spec, best) for spec in policies[1:]])
+    else:
+        best: float | None = None
+        with contextlib.ExitStack() as stack:
+            runner = _Runner(out, args, stack)
+            for spec in policies:
+                run = planned(spec, best)
+                outcome = runner.run(run.name, run.config, run.run_dir, label=run.label)
+                _print_summary(outcome, spec.text, args)
+                if outcome.time_to_target_s is not None:
+                    best = (
+                        outcome.time_to_target_s
+                        if best is None
+                        else min(best, outcome.time_to_target_s)
+                    )
     runs = [load_run(out / p.dirname, label=p.text if p.params else "") for p in policies]
     objective = getattr(args, "objective", None) or "time"
     write_comparison(out, runs, objective)
@@ -393,12 +411,64 @@ def sweep(config: RunConfig, args: argparse.Namespace) -> int:
     args.out = str(out)
     out.mkdir(parents=True, exist_ok=True)
     config.write_yaml(out / "base-config.yaml")
-    with contextlib.ExitStack() as stack:
-        runner = _Runner(out, args, stack)
-        for k in ks:
-            params = {**config.policy_params, "k": float(k)}
-            run_config = dataclasses.replace(config, policy="static", policy_params=params)
-            outcome = runner.run(f"static k={k}", run_config, out / f"k{k}", label=f"static k={k}")
-            _print_summary(outcome, f"static k={k}", args)
+    runs = []
+    for k in ks:
+        params = {**config.policy_params, "k": float(k)}
+        run_config = dataclasses.replace(config, policy="static", policy_params=params)
+        runs.append(PlannedRun(f"static k={k}", run_config, out / f"k{k}", f"static k={k}"))
+    if getattr(args, "ray", None):
+        _on_ray(out, args, runs)
+    else:
+        with contextlib.ExitStack() as stack:
+            runner = _Runner(out, args, stack)
+            for planned in runs:
+                outcome = runner.run(
+                    planned.name, planned.config, planned.run_dir, label=planned.label
+                )
+                _print_summary(outcome, planned.label, args)
     _render(out)
     return 0
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    config: RunConfig
+    run_dir: Path
+    label: str = ""
+
+
+def _on_ray(out: Path, args: argparse.Namespace, runs: Sequence[PlannedRun]) -> None:
+    """Make `runs` as tasks on the Ray cluster at args.ray, all at once (raycluster.py);
+    finished runs are reused as locally, and any other (unfinished or with other
+    settings) is made again from its start: its checkpoint stayed on the node that made it."""
+    from powertrip.app.experiments import raycluster
+
+    base_yaml = (out / "base-config.yaml").read_text()
+    jobs = []
+    for planned in runs:
+        state, found = previous_run(planned.run_dir, planned.config)
+        if state == "done" and isinstance(found, dict):
+            print(f"{planned.name}: already finished in {planned.run_dir}, reused")
+            _print_summary(RunOutcome(planned.run_dir, found), planned.label, args)
+            continue
+        if state != "none":
+            check_run_dir(planned.run_dir)
+            why = found if isinstance(found, str) else "an unfinished run"
+            print(f"{planned.name}: {planned.run_dir} holds {why}; making it again on the cluster")
+            shutil.rmtree(planned.run_dir)
+        request = raycluster.RunRequest(
+            planned.name, raycluster.config_text(planned.config), base_yaml, planned.label
+        )
+        jobs.append(raycluster.Submitted(request, planned.run_dir, planned.config))
+    if not jobs:
+        return
+    with raycluster.connected(args.ray) as ray:
+        print(f"{len(jobs)} run(s) submitted to the Ray cluster at {args.ray}")
+        raycluster.run_all(
+            ray,
+            jobs,
+            lambda job, summary: _print_summary(
+                RunOutcome(job.run_dir, summary), job.request.label, args
+            ),
+        )
