@@ -367,6 +367,11 @@ def _operate(args: argparse.Namespace) -> int:
 
 def _resume_hint(args: argparse.Namespace) -> str:
     """How to pick up what a signal interrupted (commands.run records its --out)."""
+    if args.command in ("compare", "sweep") and getattr(args, "ray", None):
+        return (
+            "the Ray tasks were cancelled; run the same command again to continue: finished "
+            "runs are reused and the others made again"
+        )
     if args.command in ("compare", "sweep"):
         return (
             "run the same command again to continue: finished runs are reused and the "

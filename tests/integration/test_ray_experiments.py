@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -111,3 +112,39 @@ def test_a_bad_address_is_a_clear_error(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "--ray 127.0.0.1:" in done.stderr and "cannot join the Ray cluster" in done.stderr
+
+
+def _ray_services() -> list[str]:
+    """Command lines of services started by a Ray task (they run in its scratch dir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "-m services." in cmd and "powertrip-ray-" in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_cancels_the_tasks_and_leaves_nothing_running(tmp_path, cluster, signum):
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "powertrip", "sweep", *COMMON[:4], "--max-rounds", "500",
+         *COMMON[6:], "--k", "2,4", "--out", str(tmp_path / "ray"), "--ray", cluster],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not _ray_services() and time.monotonic() < deadline:
+        assert cli.poll() is None, cli.communicate()
+        time.sleep(0.5)
+    assert _ray_services(), "no task started its services"
+    cli.send_signal(signum)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    assert "the Ray tasks were cancelled" in err
+    deadline = time.monotonic() + 30
+    while _ray_services() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_services()

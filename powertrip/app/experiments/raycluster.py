@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +46,8 @@ MAX_RETRIES = 1
 SKIPPED = frozenset({"checkpoint"})
 #: seconds a cluster address gets to accept a TCP connection
 CONNECT_TIMEOUT_S = 5.0
+#: seconds between looks at the submitted tasks
+POLL_S = 0.5
 #: lines of the aggregator log a failure report carries
 LOG_TAIL_LINES = 30
 
@@ -67,10 +71,16 @@ def connected(address: str) -> Iterator[Any]:
     ray = import_ray()
     check_reachable(address)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no FutureWarning
+    # Ray's core worker installs a handler that dumps a stack and dies on SIGTERM; ours
+    # (the CLI's) turns it into the same clean stop as Ctrl-C, tasks cancelled
+    on_term = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     try:
         yield ray
     finally:
@@ -191,7 +201,12 @@ def run_all(
     }
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            # polled, with the wait in Python: a signal that arrives inside ray.wait comes
+            # out as a bare KeyboardInterrupt, losing which signal it was (SIGTERM: 143)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0)
+            if not ready:
+                time.sleep(POLL_S)
+                continue
             job = pending.pop(ready[0])
             try:
                 files = ray.get(ready[0])
