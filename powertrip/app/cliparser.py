@@ -86,9 +86,10 @@ def _add_ray_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ray",
         metavar="ADDRESS",
-        help="make the runs as tasks on a Ray cluster, all at once: 'auto' (the cluster this "
-        "machine joined with `ray start`), HOST:PORT or ray://HOST:10001; results land in "
-        "the same run directories (extra [ray]; powertrip/app/experiments/raycluster.py)",
+        help="make the runs as tasks on a Ray cluster, all at once (reproduce: a task per "
+        "set-up and seed): 'auto' (the cluster this machine joined with `ray start`), "
+        "HOST:PORT or ray://HOST:10001; results land in the same run directories (extra "
+        "[ray]; powertrip/app/experiments/raycluster.py)",
     )
 
 
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_reproduce_options(reproduce)
     _add_set_option(reproduce)
+    _add_ray_option(reproduce)
 
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")

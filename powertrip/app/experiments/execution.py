@@ -7,10 +7,11 @@ whose summary says done with the same settings is skipped, an unfinished one sta
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,12 @@ def execute(
     show_progress: bool = True,
     log: Callable[[str], Any] = print,
     progress: Progress | None = None,
+    ray: str | None = None,
 ) -> list[RunLog]:
-    """Run what is not done yet, group by group (one profiler + policy per group)."""
+    """Run what is not done yet, group by group (one profiler + policy per group); with
+    `ray` (an address), every group at once as a task on that Ray cluster."""
     progress = progress if progress is not None else Progress()
+    ray_address = ray
     logs: list[RunLog] = []
     groups: dict[tuple[str, int], list[RunSpec]] = {}
     for spec in runs:
@@ -90,6 +94,8 @@ def execute(
         if missing:
             todo[(variant_name, seed)] = (config, missing)
     progress.total += sum(len(m) for _, m in todo.values())
+    if ray_address and todo:
+        return logs + _execute_on_ray(ray_address, todo, out, budget_factor, progress, log)
     for (variant_name, seed), (config, missing) in todo.items():
         variant = VARIANTS[variant_name]
         group_dir = out / "runs" / variant_name / f"seed{seed}"
@@ -166,4 +172,62 @@ def _run_group(
             progress.seconds.append(seconds)
             logs.append(RunLog(spec, "ran", seconds))
             log(f"ran {label} in {seconds:.0f} s")
+    return logs
+
+
+def _execute_on_ray(
+    address: str,
+    todo: Mapping[tuple[str, int], tuple[RunConfig, list[RunSpec]]],
+    out: Path,
+    budget_factor: float,
+    progress: Progress,
+    log: Callable[[str], Any],
+) -> list[RunLog]:
+    """Every group as one Ray task (raycluster.make_group), holding each group's lock here
+    while its task runs, so a local reproduce beside it leaves the group alone."""
+    from powertrip.app.experiments import raycluster
+
+    logs: list[RunLog] = []
+    requests = []
+    by_arm: dict[tuple[str, int, str], RunSpec] = {}
+    with contextlib.ExitStack() as locks:
+        for (variant_name, seed), (config, missing) in todo.items():
+            variant = VARIANTS[variant_name]
+            lock = locks.enter_context(GroupLock(out / "runs" / variant_name / f"seed{seed}"))
+            if not lock.acquire():
+                progress.total -= len(missing)
+                logs.extend(RunLog(spec, "busy") for spec in missing)
+                log(f"busy {variant_name} seed {seed}: another reproduce ({lock.owner()}) runs it")
+                continue
+            missing = [
+                s for s in missing if not is_done(s.path(out), arm_config(config, s.arm, variant))
+            ]
+            if not missing:
+                continue
+            config.write_yaml(out / "runs" / variant_name / f"seed{seed}" / "base-config.yaml")
+            factor = budget_factor if variant.budget else 0.0
+            request = raycluster.group_request(out, variant_name, seed, config, missing, factor)
+            requests.append((request, raycluster.cpus_of(config)))
+            by_arm.update({(variant_name, seed, spec.arm.name): spec for spec in missing})
+        if not requests:
+            return logs
+
+        def landed(request: raycluster.GroupRequest, result: dict[str, Any]) -> None:
+            for arm, status, seconds, message in result["logs"]:
+                spec = by_arm[(request.variant, request.seed, arm)]
+                run_dir = spec.path(out)
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)  # an unfinished or outdated run, as locally
+                raycluster.write_back(result["files"].get(arm, {}), run_dir)
+                logs.append(RunLog(spec, status, seconds, message))
+                label = f"{request.variant}/s{request.seed}/{arm}"
+                if status == "ran":
+                    progress.seconds.append(seconds)
+                    log(f"{progress.line(label)}: ran in {seconds:.0f} s on the cluster")
+                else:
+                    log(f"FAILED {label} on the cluster: {message}")
+
+        with raycluster.connected(address) as ray:
+            log(f"reproduce: {len(requests)} group(s) submitted to the Ray cluster at {address}")
+            raycluster.run_groups(ray, requests, landed)
     return logs

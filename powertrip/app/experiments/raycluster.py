@@ -221,3 +221,92 @@ def run_all(
         for ref in pending:
             ray.cancel(ref)  # not force: the task's finally blocks stop its processes
         raise
+
+
+# ---- reproduce: one task per set-up/seed group ---------------------------------------------
+@dataclass
+class GroupRequest:
+    """A reproduce group for a task: its settings, the runs to make (arm name, policy,
+    params) and the summaries of the group's finished runs, which set the cut-off
+    (plan.group_reference) as they do locally."""
+
+    variant: str
+    seed: int
+    config_yaml: str
+    arms: list[tuple[str, str, tuple[tuple[str, float], ...]]]
+    budget_factor: float
+    finished: dict[str, bytes]
+
+
+def group_request(
+    out: Path, variant: str, seed: int, config: RunConfig, specs: Sequence[Any], factor: float
+) -> GroupRequest:
+    group = out / "runs" / variant / f"seed{seed}"
+    finished = {}
+    for summary in sorted(group.glob("*/summary.json")):
+        finished[summary.relative_to(group).as_posix()] = summary.read_bytes()
+    arms = [(s.arm.name, s.arm.policy, tuple(s.arm.params)) for s in specs]
+    return GroupRequest(variant, seed, config_text(config), arms, factor, finished)
+
+
+def make_group(request: GroupRequest) -> dict[str, Any]:
+    """The task body: the group's runs, one after another on one profiler + policy as
+    execution._run_group makes them locally, in a scratch OUT; returns each run's files
+    and log line as {"files": {arm: {path: bytes}}, "logs": [(arm, status, s, message)]}."""
+    from powertrip.app.experiments.execution import Progress, _run_group
+    from powertrip.app.experiments.suite import Arm, RunSpec
+    from powertrip.app.paper import VARIANTS
+
+    config = _read_back(request.config_yaml, f"{request.variant}/seed{request.seed}")
+    with tempfile.TemporaryDirectory(prefix="powertrip-ray-") as scratch:
+        out = Path(scratch)
+        group = out / "runs" / request.variant / f"seed{request.seed}"
+        write_back(request.finished, group)
+        specs = [
+            RunSpec(request.variant, request.seed, Arm(name, policy, params))
+            for name, policy, params in request.arms
+        ]
+        logs = _run_group(
+            out, VARIANTS[request.variant], request.seed, config, specs,
+            budget_factor=request.budget_factor, progress=Progress(), log=lambda _: None,
+            show_progress=False,
+        )  # fmt: skip
+        return {
+            "files": {s.arm.name: collect(s.path(out)) for s in specs if s.path(out).is_dir()},
+            "logs": [(r.spec.arm.name, r.status, r.seconds, r.message) for r in logs],
+        }
+
+
+def run_groups(
+    ray: Any,
+    requests: Sequence[tuple[GroupRequest, float]],
+    on_done: Callable[[GroupRequest, dict[str, Any]], None],
+) -> None:
+    """Submit every group at once (each asking for `cpus` CPUs, the second item), hand each
+    result to on_done as it comes; Ctrl-C cancels what is still running."""
+    task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=True)(make_group)
+    pending = {
+        task.options(num_cpus=cpus, name=f"powertrip:{request.variant}/seed{request.seed}").remote(
+            request
+        ): request
+        for request, cpus in requests
+    }
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0)
+            if not ready:
+                time.sleep(POLL_S)
+                continue
+            request = pending.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as exc:
+                raise RayRunError(
+                    f"{request.variant}/seed{request.seed} failed {MAX_RETRIES + 1} times on "
+                    f"the cluster: {exc.cause or exc}"
+                ) from None
+            on_done(request, result)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref)
+        raise

@@ -153,6 +153,9 @@ def main(args: Any) -> int:
     jobs = int(getattr(args, "jobs", 1))
     if jobs < 1:
         raise ReproduceError(f"--jobs must be >= 1, got {jobs}")
+    ray = getattr(args, "ray", None)
+    if ray and jobs > 1:
+        raise ReproduceError("--ray and --jobs: choose one (--ray runs every group at once)")
     base = base_config(args)
     seeds = list(range(base.seed, base.seed + args.seeds))
     ks = _sweep(args, base)
@@ -218,6 +221,7 @@ def main(args: Any) -> int:
             "force_workload": force,
             "show_progress": not args.quiet,
             "progress": Progress(),
+            "ray": ray,
         }
         from powertrip.app.experiments.jobs import start_helpers, wait_helpers
 
