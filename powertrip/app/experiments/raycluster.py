@@ -192,12 +192,28 @@ def run_all(
 ) -> None:
     """Submit every job at once, write each run's files back as it finishes and call
     on_done with its summary. Ctrl-C cancels what is still running, then re-raises."""
-    task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=True)(make_run)
+
+    def landed(job: Submitted, files: dict[str, bytes]) -> None:
+        write_back(files, job.run_dir)
+        on_done(job, json.loads((job.run_dir / "summary.json").read_text()))
+
+    tasks = [(job.request, cpus_of(job.config), job.request.name, job) for job in jobs]
+    _submit_and_drain(ray, make_run, tasks, landed)
+
+
+def _submit_and_drain(
+    ray: Any,
+    body: Callable[[Any], Any],
+    tasks: Sequence[tuple[Any, int, str, Any]],
+    landed: Callable[[Any, Any], None],
+) -> None:
+    """Submit `body(request)` for each (request, cpus, name, item) at once and hand each
+    result to landed(item, result) as it comes. A task that fails MAX_RETRIES + 1 times ends
+    the drain with a RayRunError naming it; an error or a signal here cancels the rest."""
+    task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=True)(body)
     pending = {
-        task.options(num_cpus=cpus_of(job.config), name=f"powertrip:{job.request.name}").remote(
-            job.request
-        ): job
-        for job in jobs
+        task.options(num_cpus=cpus, name=f"powertrip:{name}").remote(request): (name, item)
+        for request, cpus, name, item in tasks
     }
     try:
         while pending:
@@ -207,16 +223,15 @@ def run_all(
             if not ready:
                 time.sleep(POLL_S)
                 continue
-            job = pending.pop(ready[0])
+            name, item = pending.pop(ready[0])
             try:
-                files = ray.get(ready[0])
+                result = ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(exc.cause, RayRunError) else exc
                 raise RayRunError(
-                    f"{job.request.name} failed {MAX_RETRIES + 1} times on the cluster: {cause}"
+                    f"{name} failed {MAX_RETRIES + 1} times on the cluster: {cause}"
                 ) from None
-            write_back(files, job.run_dir)
-            on_done(job, json.loads((job.run_dir / "summary.json").read_text()))
+            landed(item, result)
     except BaseException:
         for ref in pending:
             ray.cancel(ref)  # not force: the task's finally blocks stop its processes
@@ -279,34 +294,13 @@ def make_group(request: GroupRequest) -> dict[str, Any]:
 
 def run_groups(
     ray: Any,
-    requests: Sequence[tuple[GroupRequest, float]],
+    requests: Sequence[tuple[GroupRequest, int]],
     on_done: Callable[[GroupRequest, dict[str, Any]], None],
 ) -> None:
     """Submit every group at once (each asking for `cpus` CPUs, the second item), hand each
     result to on_done as it comes; Ctrl-C cancels what is still running."""
-    task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=True)(make_group)
-    pending = {
-        task.options(num_cpus=cpus, name=f"powertrip:{request.variant}/seed{request.seed}").remote(
-            request
-        ): request
+    tasks = [
+        (request, cpus, f"{request.variant}/seed{request.seed}", request)
         for request, cpus in requests
-    }
-    try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0)
-            if not ready:
-                time.sleep(POLL_S)
-                continue
-            request = pending.pop(ready[0])
-            try:
-                result = ray.get(ready[0])
-            except ray.exceptions.RayTaskError as exc:
-                raise RayRunError(
-                    f"{request.variant}/seed{request.seed} failed {MAX_RETRIES + 1} times on "
-                    f"the cluster: {exc.cause or exc}"
-                ) from None
-            on_done(request, result)
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref)
-        raise
+    ]
+    _submit_and_drain(ray, make_group, tasks, on_done)

@@ -113,7 +113,7 @@ class ShakespeareLMWorkload(ShakespeareWorkload):
         # has the figures): AdamW, fresh each round as every local optimiser here, because
         # SGD (lr 0.05 before) left the accuracy within a point of the base's in 8 rounds at
         # every lr that did not diverge; 20 local steps of 20 windows; lr 0.002 in full
-        # (0.005 rose above the base's perplexity in the first rounds) and 0.005 for
+        # (0.005 rose above the base's perplexity from round 4 on) and 0.005 for
         # adapters on every linear layer (0.01 fell more slowly); the target,
         # perplexity 10.5 from the base's 10.95, is what 10 sites reach in about 10 rounds
         self.defaults = WorkloadDefaults(
