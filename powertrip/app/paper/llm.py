@@ -329,15 +329,21 @@ def plot_static_curves(d: Mapping[str, VariantData], path: Path) -> Path:
         for arm, marker in (("powertrip", "*"), ("adaptive", "D")):
             samples, k = v.samples(arm), mean_k(v, arm)
             if samples and k is not None:
+                mean_h = np.mean([s.value for s in samples]) / 3600
+                if not all(s.reached for s in samples):
+                    ax.annotate(
+                        ">", (k, mean_h), color=colour, xytext=(6, 2), textcoords="offset points"
+                    )
                 ax.plot(
-                    [k], [np.mean([s.value for s in samples]) / 3600], marker=marker, ms=10,
+                    [k], [mean_h], marker=marker, ms=10,
                     color=colour, linestyle="none",
                     label=f"{arm} ({method_of(v).split()[0]})",
                 )  # fmt: skip
     ax.set_xscale("log")
+    ax.set_xticks([3, 5, 10, 20, 30], labels=["3", "5", "10", "20", "30"])
     ax.set_xlabel("sites per round k (policies: at their mean k)")
     ax.set_ylabel("time to target perplexity (h, mean over seeds)")
-    ax.set_title("Static k per fine-tuning method; '>' = some seed cut off")
+    ax.set_title("Time to target per method and k; '>' = a lower bound (some seed missed it)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
