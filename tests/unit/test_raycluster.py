@@ -57,5 +57,5 @@ def test_an_address_that_answers_passes_and_auto_is_left_to_ray():
 
 def test_the_settings_cross_as_yaml_and_come_back_equal():
     config = RunConfig(policy="static", policy_params={"k": 3.0}, num_sites=7, lr=0.01)
-    back = R._read_back(R.config_text(config), "k3")
+    back = R.read_back(R.config_text(config), "k3")
     assert back.to_dict() == config.to_dict()

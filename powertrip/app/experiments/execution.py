@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from powertrip.app.experiments.plan import (
     is_done,
     variant_config,
 )
-from powertrip.app.experiments.suite import RunSpec, Variant
+from powertrip.app.experiments.suite import Arm, RunSpec, Variant
 from powertrip.app.paper import VARIANTS
 from powertrip.core.config import RunConfig
 
@@ -183,7 +184,7 @@ def _execute_on_ray(
     progress: Progress,
     log: Callable[[str], Any],
 ) -> list[RunLog]:
-    """Every group as one Ray task (raycluster.make_group), holding each group's lock here
+    """Every group as one Ray task (make_group, below), holding each group's lock here
     while its task runs, so a local reproduce beside it leaves the group alone."""
     from powertrip.app.experiments import raycluster
 
@@ -206,13 +207,13 @@ def _execute_on_ray(
                 continue
             config.write_yaml(out / "runs" / variant_name / f"seed{seed}" / "base-config.yaml")
             factor = budget_factor if variant.budget else 0.0
-            request = raycluster.group_request(out, variant_name, seed, config, missing, factor)
+            request = group_request(out, variant_name, seed, config, missing, factor)
             requests.append((request, raycluster.cpus_of(config)))
             by_arm.update({(variant_name, seed, spec.arm.name): spec for spec in missing})
         if not requests:
             return logs
 
-        def landed(request: raycluster.GroupRequest, result: dict[str, Any]) -> None:
+        def landed(request: GroupRequest, result: dict[str, Any]) -> None:
             for arm, status, seconds, message in result["logs"]:
                 spec = by_arm[(request.variant, request.seed, arm)]
                 run_dir = spec.path(out)
@@ -229,5 +230,75 @@ def _execute_on_ray(
 
         with raycluster.connected(address) as ray:
             log(f"reproduce: {len(requests)} group(s) submitted to the Ray cluster at {address}")
-            raycluster.run_groups(ray, requests, landed)
+            run_groups(ray, requests, landed)
     return logs
+
+
+# ---- --ray: one Ray task per set-up/seed group ---------------------------------------------
+@dataclass
+class GroupRequest:
+    """A reproduce group for a task: its settings, the runs to make (arm name, policy,
+    params) and the summaries of the group's finished runs, which set the cut-off
+    (plan.group_reference) as they do locally."""
+
+    variant: str
+    seed: int
+    config_yaml: str
+    arms: list[tuple[str, str, tuple[tuple[str, float], ...]]]
+    budget_factor: float
+    finished: dict[str, bytes]
+
+
+def group_request(
+    out: Path, variant: str, seed: int, config: RunConfig, specs: Sequence[RunSpec], factor: float
+) -> GroupRequest:
+    from powertrip.app.experiments.raycluster import config_text
+
+    group = out / "runs" / variant / f"seed{seed}"
+    finished = {}
+    for summary in sorted(group.glob("*/summary.json")):
+        finished[summary.relative_to(group).as_posix()] = summary.read_bytes()
+    arms = [(s.arm.name, s.arm.policy, tuple(s.arm.params)) for s in specs]
+    return GroupRequest(variant, seed, config_text(config), arms, factor, finished)
+
+
+def make_group(request: GroupRequest) -> dict[str, Any]:
+    """The task body: the group's runs, one after another on one profiler + policy as
+    _run_group makes them locally, in a scratch OUT; returns each run's files
+    and log line as {"files": {arm: {path: bytes}}, "logs": [(arm, status, s, message)]}."""
+    from powertrip.app.experiments.raycluster import collect, read_back, write_back
+
+    config = read_back(request.config_yaml, f"{request.variant}/seed{request.seed}")
+    with tempfile.TemporaryDirectory(prefix="powertrip-ray-") as scratch:
+        out = Path(scratch)
+        group = out / "runs" / request.variant / f"seed{request.seed}"
+        write_back(request.finished, group)
+        specs = [
+            RunSpec(request.variant, request.seed, Arm(name, policy, params))
+            for name, policy, params in request.arms
+        ]
+        logs = _run_group(
+            out, VARIANTS[request.variant], request.seed, config, specs,
+            budget_factor=request.budget_factor, progress=Progress(), log=lambda _: None,
+            show_progress=False,
+        )  # fmt: skip
+        return {
+            "files": {s.arm.name: collect(s.path(out)) for s in specs if s.path(out).is_dir()},
+            "logs": [(r.spec.arm.name, r.status, r.seconds, r.message) for r in logs],
+        }
+
+
+def run_groups(
+    ray: Any,
+    requests: Sequence[tuple[GroupRequest, int]],
+    on_done: Callable[[GroupRequest, dict[str, Any]], None],
+) -> None:
+    """Submit every group at once (each asking for `cpus` CPUs, the second item), hand each
+    result to on_done as it comes; Ctrl-C cancels what is still running."""
+    from powertrip.app.experiments.raycluster import submit_and_drain
+
+    tasks = [
+        (request, cpus, f"{request.variant}/seed{request.seed}", request)
+        for request, cpus in requests
+    ]
+    submit_and_drain(ray, make_group, tasks, on_done)

@@ -125,7 +125,7 @@ def config_text(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
 
 
-def _read_back(text: str, name: str) -> RunConfig:
+def read_back(text: str, name: str) -> RunConfig:
     return RunConfig.from_mapping(yaml.safe_load(text) or {}, source=f"{name} (sent by --ray)")
 
 
@@ -135,7 +135,7 @@ def make_run(request: RunRequest) -> dict[str, bytes]:
     from powertrip.app.experiments.launcher import Deployment
     from powertrip.app.experiments.runner import RunError, run_once
 
-    config = _read_back(request.config_yaml, request.name)
+    config = read_back(request.config_yaml, request.name)
     with tempfile.TemporaryDirectory(prefix="powertrip-ray-") as scratch:
         root = Path(scratch)
         (root / "base-config.yaml").write_text(request.base_yaml)
@@ -198,10 +198,10 @@ def run_all(
         on_done(job, json.loads((job.run_dir / "summary.json").read_text()))
 
     tasks = [(job.request, cpus_of(job.config), job.request.name, job) for job in jobs]
-    _submit_and_drain(ray, make_run, tasks, landed)
+    submit_and_drain(ray, make_run, tasks, landed)
 
 
-def _submit_and_drain(
+def submit_and_drain(
     ray: Any,
     body: Callable[[Any], Any],
     tasks: Sequence[tuple[Any, int, str, Any]],
@@ -236,71 +236,3 @@ def _submit_and_drain(
         for ref in pending:
             ray.cancel(ref)  # not force: the task's finally blocks stop its processes
         raise
-
-
-# ---- reproduce: one task per set-up/seed group ---------------------------------------------
-@dataclass
-class GroupRequest:
-    """A reproduce group for a task: its settings, the runs to make (arm name, policy,
-    params) and the summaries of the group's finished runs, which set the cut-off
-    (plan.group_reference) as they do locally."""
-
-    variant: str
-    seed: int
-    config_yaml: str
-    arms: list[tuple[str, str, tuple[tuple[str, float], ...]]]
-    budget_factor: float
-    finished: dict[str, bytes]
-
-
-def group_request(
-    out: Path, variant: str, seed: int, config: RunConfig, specs: Sequence[Any], factor: float
-) -> GroupRequest:
-    group = out / "runs" / variant / f"seed{seed}"
-    finished = {}
-    for summary in sorted(group.glob("*/summary.json")):
-        finished[summary.relative_to(group).as_posix()] = summary.read_bytes()
-    arms = [(s.arm.name, s.arm.policy, tuple(s.arm.params)) for s in specs]
-    return GroupRequest(variant, seed, config_text(config), arms, factor, finished)
-
-
-def make_group(request: GroupRequest) -> dict[str, Any]:
-    """The task body: the group's runs, one after another on one profiler + policy as
-    execution._run_group makes them locally, in a scratch OUT; returns each run's files
-    and log line as {"files": {arm: {path: bytes}}, "logs": [(arm, status, s, message)]}."""
-    from powertrip.app.experiments.execution import Progress, _run_group
-    from powertrip.app.experiments.suite import Arm, RunSpec
-    from powertrip.app.paper import VARIANTS
-
-    config = _read_back(request.config_yaml, f"{request.variant}/seed{request.seed}")
-    with tempfile.TemporaryDirectory(prefix="powertrip-ray-") as scratch:
-        out = Path(scratch)
-        group = out / "runs" / request.variant / f"seed{request.seed}"
-        write_back(request.finished, group)
-        specs = [
-            RunSpec(request.variant, request.seed, Arm(name, policy, params))
-            for name, policy, params in request.arms
-        ]
-        logs = _run_group(
-            out, VARIANTS[request.variant], request.seed, config, specs,
-            budget_factor=request.budget_factor, progress=Progress(), log=lambda _: None,
-            show_progress=False,
-        )  # fmt: skip
-        return {
-            "files": {s.arm.name: collect(s.path(out)) for s in specs if s.path(out).is_dir()},
-            "logs": [(r.spec.arm.name, r.status, r.seconds, r.message) for r in logs],
-        }
-
-
-def run_groups(
-    ray: Any,
-    requests: Sequence[tuple[GroupRequest, int]],
-    on_done: Callable[[GroupRequest, dict[str, Any]], None],
-) -> None:
-    """Submit every group at once (each asking for `cpus` CPUs, the second item), hand each
-    result to on_done as it comes; Ctrl-C cancels what is still running."""
-    tasks = [
-        (request, cpus, f"{request.variant}/seed{request.seed}", request)
-        for request, cpus in requests
-    ]
-    _submit_and_drain(ray, make_group, tasks, on_done)
