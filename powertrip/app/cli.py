@@ -429,7 +429,7 @@ def _interrupted(prog: str, exc: KeyboardInterrupt, hint: str) -> int:
 def _reproduce_main(args: argparse.Namespace) -> int:
     from powertrip.app.experiments import reproduce
     from powertrip.app.experiments.launcher import LaunchError, stop_services_on_signals
-    from powertrip.app.experiments.runner import ChildExited
+    from powertrip.app.experiments.runner import ChildExited, RunError
     from powertrip.app.report import ReportError
     from powertrip.core.workloads import DataError, UnknownWorkload
 
@@ -451,6 +451,9 @@ def _reproduce_main(args: argparse.Namespace) -> int:
         except (ChildExited, LaunchError) as exc:
             print(f"powertrip reproduce: {exc}", file=sys.stderr)
             return EXIT_CHILD
+        except RunError as exc:  # --ray: a group's task failed twice
+            print(f"powertrip reproduce: {exc}", file=sys.stderr)
+            return EXIT_RUN_FAILED
         except KeyboardInterrupt as exc:
             return _interrupted("powertrip reproduce", exc, _resume_hint(args))
 

@@ -59,3 +59,11 @@ def test_the_settings_cross_as_yaml_and_come_back_equal():
     config = RunConfig(policy="static", policy_params={"k": 3.0}, num_sites=7, lr=0.01)
     back = R.read_back(R.config_text(config), "k3")
     assert back.to_dict() == config.to_dict()
+
+
+def test_a_failed_task_is_reported_as_a_failed_run():
+    """The CLI's RunError handling (exit 1, one line) covers a run that failed twice on the
+    cluster, for sweep, compare and reproduce alike."""
+    from powertrip.app.experiments.runner import RunError
+
+    assert issubclass(R.RayRunError, RunError)

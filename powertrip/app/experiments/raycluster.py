@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from powertrip.app.experiments.runner import RunError
 from powertrip.core.config import ConfigError, RunConfig
 
 EXTRA_HINT = "install the ray extra: pip install -e '.[ray]' (or make setup)"
@@ -52,8 +53,9 @@ POLL_S = 0.5
 LOG_TAIL_LINES = 30
 
 
-class RayRunError(RuntimeError):
-    """A run failed on the cluster twice; the message carries its log's tail."""
+class RayRunError(RunError):
+    """A run failed on the cluster twice; the message carries its log's tail. A RunError,
+    so the CLI reports it as it reports a run that failed locally (exit 1)."""
 
 
 def import_ray() -> Any:
@@ -133,7 +135,7 @@ def make_run(request: RunRequest) -> dict[str, bytes]:
     """The task body: the run in a scratch directory, its files as {relative path: bytes}.
     Raises RayRunError with the aggregator log's tail when the run fails."""
     from powertrip.app.experiments.launcher import Deployment
-    from powertrip.app.experiments.runner import RunError, run_once
+    from powertrip.app.experiments.runner import run_once
 
     config = read_back(request.config_yaml, request.name)
     with tempfile.TemporaryDirectory(prefix="powertrip-ray-") as scratch:
