@@ -101,16 +101,7 @@ def execute(
         variant = VARIANTS[variant_name]
         group_dir = out / "runs" / variant_name / f"seed{seed}"
         with GroupLock(group_dir) as lock:
-            if not lock.acquire():
-                progress.total -= len(missing)
-                logs.extend(RunLog(spec, "busy") for spec in missing)
-                log(f"busy {variant_name} seed {seed}: another reproduce ({lock.owner()}) runs it")
-                continue
-            # another process may have finished some of them since the plan was made
-            done = [s for s in missing if is_done(s.path(out), arm_config(config, s.arm, variant))]
-            progress.total -= len(done)
-            logs.extend(RunLog(spec, "skipped") for spec in done)
-            missing = [s for s in missing if s not in done]
+            missing = _claim(lock, out, variant, seed, config, missing, progress, logs, log)
             if missing:
                 logs += _run_group(
                     out,
@@ -124,6 +115,31 @@ def execute(
                     show_progress=show_progress,
                 )
     return logs
+
+
+def _claim(
+    lock: GroupLock,
+    out: Path,
+    variant: Variant,
+    seed: int,
+    config: RunConfig,
+    missing: list[RunSpec],
+    progress: Progress,
+    logs: list[RunLog],
+    log: Callable[[str], Any],
+) -> list[RunSpec]:
+    """Take the group's lock and return what is still to run: nothing when another process
+    holds it (its runs logged busy), else `missing` less the runs another process finished
+    since the plan was made (logged skipped); the progress total follows both."""
+    if not lock.acquire():
+        progress.total -= len(missing)
+        logs.extend(RunLog(spec, "busy") for spec in missing)
+        log(f"busy {variant.name} seed {seed}: another reproduce ({lock.owner()}) runs it")
+        return []
+    done = [s for s in missing if is_done(s.path(out), arm_config(config, s.arm, variant))]
+    progress.total -= len(done)
+    logs.extend(RunLog(spec, "skipped") for spec in done)
+    return [s for s in missing if s not in done]
 
 
 def _run_group(
@@ -195,14 +211,7 @@ def _execute_on_ray(
         for (variant_name, seed), (config, missing) in todo.items():
             variant = VARIANTS[variant_name]
             lock = locks.enter_context(GroupLock(out / "runs" / variant_name / f"seed{seed}"))
-            if not lock.acquire():
-                progress.total -= len(missing)
-                logs.extend(RunLog(spec, "busy") for spec in missing)
-                log(f"busy {variant_name} seed {seed}: another reproduce ({lock.owner()}) runs it")
-                continue
-            missing = [
-                s for s in missing if not is_done(s.path(out), arm_config(config, s.arm, variant))
-            ]
+            missing = _claim(lock, out, variant, seed, config, missing, progress, logs, log)
             if not missing:
                 continue
             config.write_yaml(out / "runs" / variant_name / f"seed{seed}" / "base-config.yaml")
