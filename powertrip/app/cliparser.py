@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_result_format_option(run)
+    run.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="start the site-worker processes (--workers) as Ray actors spread over a Ray "
+        "cluster's nodes; the aggregator, profiler and policy stay here and the workers dial "
+        "the aggregator on this node's cluster address (guarded by a join token made for the "
+        "run, no TLS: a trusted network, as Ray's). ADDRESS: 'auto', HOST:PORT or "
+        "ray://HOST:10001 (extra [ray]; powertrip/app/experiments/rayworkers.py)",
+    )
 
     compare = sub.add_parser(
         "compare",

@@ -168,3 +168,89 @@ def test_a_signal_cancels_the_tasks_and_leaves_nothing_running(tmp_path, cluster
     while _ray_services() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _ray_services()
+
+
+# `powertrip run --ray`: one run, its site workers as Ray actors on the cluster's nodes
+
+RUN = ["run", "--workload", "synthetic", "--sites", "10", "--seed", "2", "--train-threads", "1",
+       "--workers", "2", "--quiet"]  # fmt: skip
+
+
+def _ray_workers() -> list[int]:
+    """Pids of site workers started by a Ray actor (their token file is in its scratch)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "-m services.site_worker" in cmd and "powertrip-worker-" in cmd:
+            found.append(int(proc.name))
+    return found
+
+
+def _start_long_run(tmp_path: Path, cluster: str) -> subprocess.Popen:
+    """A run that goes on until stopped; returned once both its Ray workers run and it has
+    recorded a round."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "powertrip", *RUN, "--max-rounds", "5000", "--target-accuracy",
+         "1.0", "--out", str(tmp_path / "long"), "--ray", cluster],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while len(_ray_workers()) < 2 and time.monotonic() < deadline:
+        assert cli.poll() is None, cli.communicate()
+        time.sleep(0.5)
+    assert len(_ray_workers()) == 2, "the two Ray workers did not start"
+    rounds = tmp_path / "long" / "rounds.csv"  # under way: a round recorded
+    while (not rounds.is_file() or len(rounds.read_text().splitlines()) < 2) and (
+        time.monotonic() < deadline
+    ):
+        assert cli.poll() is None, cli.communicate()
+        time.sleep(0.5)
+    return cli
+
+
+def _nothing_left() -> None:
+    deadline = time.monotonic() + 30
+    while _ray_workers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_workers(), "a site worker outlived the run"
+
+
+def test_a_run_with_its_workers_on_two_ray_nodes_matches_the_local_run(tmp_path, cluster):
+    run = [*RUN, "--max-rounds", "4"]
+    _, local_s = _powertrip(*run, "--out", str(tmp_path / "local"))
+    out, ray_s = _powertrip(*run, "--out", str(tmp_path / "ray"), "--ray", cluster)
+    # one CPU per node and a CPU per worker: the two actors must be on the two nodes
+    assert "2 Ray actor(s) on 2 node(s)" in out, out
+    for file in COMPARED:
+        assert (tmp_path / "local" / file).read_bytes() == (tmp_path / "ray" / file).read_bytes()
+    for w in (0, 1):
+        log = (tmp_path / "ray" / "logs" / f"site_worker:{w}.log").read_text()
+        assert log.startswith("# site worker on Ray node") and "run finished" in log
+    print(f"\nrun with 2 workers: {local_s:.1f} s locally, {ray_s:.1f} s with Ray workers")
+    _nothing_left()
+
+
+def test_a_signal_stops_a_run_and_its_ray_workers(tmp_path, cluster):
+    cli = _start_long_run(tmp_path, cluster)
+    cli.send_signal(signal.SIGTERM)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 143, out[-2000:] + err[-2000:]
+    assert "site_worker:0" in err and "site_worker:1" in err and "--resume" in err
+    _nothing_left()
+
+
+def test_a_lost_worker_actor_ends_the_run_with_a_clear_message(tmp_path, cluster):
+    """The actor's process killed (as when its node dies): its worker follows it
+    (PR_SET_PDEATHSIG) and the run ends (exit 3) naming the worker and why."""
+    cli = _start_long_run(tmp_path, cluster)
+    worker = _ray_workers()[0]
+    actor = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(actor, signal.SIGKILL)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 3, out[-2000:] + err[-2000:]
+    assert "its Ray actor was lost" in err and "site_worker:" in err
+    _nothing_left()

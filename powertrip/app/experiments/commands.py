@@ -259,12 +259,42 @@ def run(config: RunConfig, args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     resume = bool(getattr(args, "resume", None))
     config.write_yaml(out / runfiles.REQUESTED_CONFIG)
-    with Deployment(out / runfiles.REQUESTED_CONFIG, out / runfiles.LOGS_DIR) as deployment:
+    with contextlib.ExitStack() as stack:
+        placement = _ray_placement(args, config, stack)
+        deployment = stack.enter_context(
+            Deployment(out / runfiles.REQUESTED_CONFIG, out / runfiles.LOGS_DIR)
+        )
         _check_policies(deployment, [config.policy])
-        outcome = run_once(config, out, deployment, show_progress=not args.quiet, resume=resume)
+        outcome = run_once(
+            config,
+            out,
+            deployment,
+            show_progress=not args.quiet,
+            resume=resume,
+            placement=placement,
+        )
+    if placement is not None:
+        nodes = sorted({node["node_id"] for node in placement.nodes})
+        print(
+            f"site workers: {len(placement.nodes)} Ray actor(s) on {len(nodes)} node(s) "
+            f"({', '.join(n[:12] for n in nodes)}); their logs: {out / runfiles.LOGS_DIR}"
+        )
     _print_summary(outcome, args=args)
     _render(out)
     return 0
+
+
+def _ray_placement(args: argparse.Namespace, config: RunConfig, stack: contextlib.ExitStack):
+    """`run --ray ADDRESS`: the site workers as Ray actors (rayworkers), the cluster joined
+    for as long as `stack` lasts; None without --ray."""
+    if not getattr(args, "ray", None):
+        return None
+    from powertrip.app.experiments import raycluster, rayworkers
+
+    ray = stack.enter_context(raycluster.connected(args.ray))
+    placement = rayworkers.RayWorkers(ray, cpus_per_worker=config.train_threads)
+    stack.callback(placement.close)
+    return placement
 
 
 def previous_run(run_dir: Path, config: RunConfig) -> tuple[str, dict | str | None]:

@@ -83,11 +83,12 @@ class ServiceProcess:
     process: subprocess.Popen
     port: int
     log_path: Path
+    host: str = "127.0.0.1"
     terminated: bool = field(default=False, init=False, repr=False)
 
     @property
     def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def returncode(self) -> int | None:
@@ -138,6 +139,13 @@ class ServiceProcess:
 #: lock: the signal handler reads it in the main thread, possibly in the middle of a change
 #: there (a lock would deadlock), and single dict operations are atomic under the GIL.
 _LIVE: dict[int, ServiceProcess] = {}
+
+
+def track(service: ServiceProcess) -> ServiceProcess:
+    """Count a process started elsewhere (a site worker on a Ray node: its `process` is a
+    stand-in with Popen's poll/wait/terminate/kill) among those a signal stops."""
+    _LIVE[id(service)] = service
+    return service
 
 
 def live_services() -> list[ServiceProcess]:
@@ -251,19 +259,22 @@ def start_service(
 
 
 def spawn_service(
-    name: str, args: Sequence[str], log_dir: Path, *, port: int = 0
+    name: str, args: Sequence[str], log_dir: Path, *, port: int = 0, host: str = "127.0.0.1"
 ) -> ServiceProcess:
-    """`python -m services.<name> --port PORT ARGS`, not waited for: `await_started` reads
-    its port line. With a fixed `port` a client can be started before the service is up."""
+    """`python -m services.<name> --port PORT --host HOST ARGS`, not waited for:
+    `await_started` reads its port line. With a fixed `port` a client can be started before
+    the service is up. `host` is loopback but for an aggregator that workers on other
+    machines dial (`powertrip run --ray`)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     service = start_process(
         name,
         f"services.{name.split(':')[0]}",
-        ["--port", str(port), "--host", "127.0.0.1", *args],
+        ["--port", str(port), "--host", host, *args],
         log_dir / f"{name}.log",
         stdout=subprocess.PIPE,
     )
     service.port = port
+    service.host = host
     return service
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 from tqdm import tqdm
@@ -70,6 +71,21 @@ class ChildExited(RunError):
     aggregator exited non-zero): the message names it, its code and its log's last lines."""
 
 
+class WorkerPlacement(Protocol):
+    """Where a run's site workers run when not beside the driver (`powertrip run --ray`:
+    powertrip.app.experiments.rayworkers). The aggregator then serves on `aggregator_host`
+    with `aggregator_args` added, and `start` starts each (name, site-worker args) and
+    returns them started (their port line read), as ServiceProcess stand-ins."""
+
+    aggregator_host: str
+
+    def aggregator_args(self) -> list[str]: ...
+
+    def start(
+        self, workers: Sequence[tuple[str, list[str]]], log_dir: Path
+    ) -> list[ServiceProcess]: ...
+
+
 @dataclass
 class RunOutcome:
     out_dir: Path
@@ -96,10 +112,12 @@ def run_once(
     label: str = "",
     show_progress: bool = True,
     resume: bool = False,
+    placement: WorkerPlacement | None = None,
 ) -> RunOutcome:
     """One run: write its config, start aggregator and workers, follow progress, collect.
 
-    `resume` continues from the checkpoint in `out_dir` (see `powertrip run --resume`)."""
+    `resume` continues from the checkpoint in `out_dir` (see `powertrip run --resume`);
+    `placement` puts the site workers elsewhere (None: processes beside this one)."""
     for service in deployment.services:
         if not service.alive():
             raise ChildExited(service.exit_report())
@@ -123,7 +141,10 @@ def run_once(
     summary_before = _mtime_ns(summary_path)  # a summary left from an earlier run is not ours
     processes: list[ServiceProcess] = []
     try:
-        aggregator = _start_together(config, aggregator_args, log_dir, processes)
+        if placement is None:
+            aggregator = _start_together(config, aggregator_args, log_dir, processes)
+        else:
+            aggregator = _start_placed(config, aggregator_args, log_dir, processes, placement)
         watched = [*deployment.services, *processes]
         exit_code = _follow(
             aggregator,
@@ -206,6 +227,36 @@ def _start_together(
     return aggregator
 
 
+def _start_placed(
+    config: RunConfig,
+    aggregator_args: list[str],
+    log_dir: Path,
+    processes: list[ServiceProcess],
+    placement: WorkerPlacement,
+) -> ServiceProcess:
+    """The aggregator here, on the placement's address, then the site workers where the
+    placement puts them (they dial it, so it is started and serving first)."""
+    args = [*aggregator_args, *placement.aggregator_args()]
+    host = placement.aggregator_host
+    aggregator = spawn_service("aggregator", args, log_dir, port=free_port(), host=host)
+    processes.append(aggregator)
+    try:
+        await_started(aggregator, timeout_s=120)
+    except LaunchError:
+        if not bind_failed(aggregator):
+            raise
+        processes.clear()
+        aggregator = spawn_service("aggregator", args, log_dir, host=host)
+        processes.append(aggregator)
+        await_started(aggregator, timeout_s=120)
+    workers = [
+        (f"site_worker:{w}", _worker_args(config, w, sites, aggregator.target))
+        for w, sites in enumerate(split_sites(config.num_sites, config.workers))
+    ]
+    processes.extend(placement.start(workers, log_dir))
+    return aggregator
+
+
 def _mtime_ns(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns
@@ -225,7 +276,7 @@ def _culprit(watched: list[ServiceProcess]) -> ServiceProcess | None:
     aggregator, workers: a cause before its effects) that failed, else the first that left
     (a worker whose aggregator was killed exits 0 after it; the aggregator is named)."""
     dead = [p for p in watched if not p.alive()]
-    failed = [p for p in dead if p.process.returncode != 0]
+    failed = [p for p in dead if p.returncode != 0]
     return (failed or dead or [None])[0]
 
 
@@ -293,6 +344,7 @@ __all__ = [
     "ChildExited",
     "RunError",
     "RunOutcome",
+    "WorkerPlacement",
     "policy_names",
     "run_once",
     "split_sites",
