@@ -213,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         from powertrip.app.experiments import datacmd
 
         return datacmd.main(args)
+    gpus = getattr(args, "ray_gpus", 0.0) or 0.0
+    if gpus < 0 or (gpus and not getattr(args, "ray", None)):
+        why = "must be >= 0" if gpus < 0 else "asks Ray for GPUs: it needs --ray ADDRESS"
+        print(f"powertrip {args.command}: --ray-gpus {gpus:g} {why}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "reproduce":
         args.argv = argv  # --jobs starts its helpers with the same arguments
         return _reproduce_main(args)

@@ -91,6 +91,19 @@ def _add_ray_option(parser: argparse.ArgumentParser) -> None:
         "HOST:PORT or ray://HOST:10001; results land in the same run directories (extra "
         "[ray]; powertrip/app/experiments/raycluster.py)",
     )
+    _add_ray_gpus_option(parser, "each run's task (reproduce: each group's)")
+
+
+def _add_ray_gpus_option(parser: argparse.ArgumentParser, who: str) -> None:
+    parser.add_argument(
+        "--ray-gpus",
+        type=float,
+        default=0.0,
+        metavar="G",
+        help=f"with --ray: GPUs {who} asks Ray for (default 0; fractions share a GPU); Ray "
+        "sets CUDA_VISIBLE_DEVICES and the site workers train there (install torch with "
+        "CUDA: make setup TORCH=cuda); refused at once if no node has that many",
+    )
 
 
 def _add_objective_option(parser: argparse.ArgumentParser) -> None:
@@ -157,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run, no TLS: a trusted network, as Ray's). ADDRESS: 'auto', HOST:PORT or "
         "ray://HOST:10001 (extra [ray]; powertrip/app/experiments/rayworkers.py)",
     )
+    _add_ray_gpus_option(run, "each site-worker actor")
 
     compare = sub.add_parser(
         "compare",

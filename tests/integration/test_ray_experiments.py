@@ -134,6 +134,20 @@ def test_a_bad_address_is_a_clear_error(tmp_path):
     assert "--ray 127.0.0.1:" in done.stderr and "cannot join the Ray cluster" in done.stderr
 
 
+def test_gpus_that_no_node_has_are_refused_at_once(tmp_path, cluster):
+    """This cluster's nodes have no GPU: --ray-gpus 1 is a clear error (exit 2), not tasks
+    that wait for a GPU for ever."""
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip", "sweep", *COMMON, "--k", "2", "--out",
+         str(tmp_path / "x"), "--ray", cluster, "--ray-gpus", "1"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "--ray-gpus 1: no node of the Ray cluster" in done.stderr
+    assert "the most on one node: 0" in done.stderr
+
+
 def _ray_services() -> list[str]:
     """Command lines of services started by a Ray task (they run in its scratch dir)."""
     found = []

@@ -314,3 +314,15 @@ def test_report_interrupted_says_so_and_exits_130(tmp_path, capsys, monkeypatch)
         f"powertrip report: interrupted by SIGINT; the runs are untouched; "
         f"powertrip report {tmp_path} draws the figures again"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["sweep", "--k", "2", "--ray-gpus", "1"], "it needs --ray ADDRESS"),
+        (["run", "--ray", "auto", "--ray-gpus", "-1"], "must be >= 0"),
+    ],
+)
+def test_ray_gpus_needs_ray_and_a_count(argv, why, capsys):
+    assert main(argv) == 2
+    assert why in capsys.readouterr().err

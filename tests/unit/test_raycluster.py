@@ -67,3 +67,33 @@ def test_a_failed_task_is_reported_as_a_failed_run():
     from powertrip.app.experiments.runner import RunError
 
     assert issubclass(R.RayRunError, RunError)
+
+
+class _Cluster:
+    """ray.nodes() of a cluster (the only part of Ray that check_gpus reads): a stand-in,
+    since no node here has a GPU to show."""
+
+    def __init__(self, *gpus: float, dead: float = 0.0):
+        self._nodes = [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": g}} for g in gpus]
+        self._nodes.append({"Alive": False, "Resources": {"CPU": 4.0, "GPU": dead}})
+
+    def nodes(self):
+        return self._nodes
+
+
+def test_a_gpu_request_no_live_node_can_meet_is_refused():
+    R.check_gpus(_Cluster(), "auto", 0)  # no GPU asked: nothing to check
+    R.check_gpus(_Cluster(1.0, 4.0), "auto", 4)
+    R.check_gpus(_Cluster(1.0), "auto", 0.5)  # a fraction shares one
+    with pytest.raises(ConfigError, match=r"--ray-gpus 2: no node .*the most on one node: 1\b"):
+        R.check_gpus(_Cluster(1.0, 1.0), "auto", 2)  # two nodes of one GPU are not one of two
+    with pytest.raises(ConfigError, match="the most on one node: 0"):
+        R.check_gpus(_Cluster(dead=8.0), "auto", 1)  # a dead node's GPUs do not count
+    with pytest.raises(ConfigError, match=">= 0"):
+        R.check_gpus(_Cluster(1.0), "auto", -1)
+
+
+def test_a_task_asks_for_its_cpus_and_the_gpus_given():
+    config = RunConfig(workers=2, train_threads=2)
+    assert R.resources_of(config) == {"num_cpus": 4, "num_gpus": 0.0}
+    assert R.resources_of(config, 0.5) == {"num_cpus": 4, "num_gpus": 0.5}

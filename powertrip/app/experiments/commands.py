@@ -291,8 +291,11 @@ def _ray_placement(args: argparse.Namespace, config: RunConfig, stack: contextli
         return None
     from powertrip.app.experiments import raycluster, rayworkers
 
-    ray = stack.enter_context(raycluster.connected(args.ray))
-    placement = rayworkers.RayWorkers(ray, cpus_per_worker=config.train_threads)
+    gpus = _ray_gpus(args)
+    ray = stack.enter_context(raycluster.connected(args.ray, gpus))
+    placement = rayworkers.RayWorkers(
+        ray, cpus_per_worker=config.train_threads, gpus_per_worker=gpus
+    )
     stack.callback(placement.close)
     return placement
 
@@ -493,7 +496,8 @@ def _on_ray(out: Path, args: argparse.Namespace, runs: Sequence[PlannedRun]) -> 
         jobs.append(raycluster.Submitted(request, planned.run_dir, planned.config))
     if not jobs:
         return
-    with raycluster.connected(args.ray) as ray:
+    gpus = _ray_gpus(args)
+    with raycluster.connected(args.ray, gpus) as ray:
         print(f"{len(jobs)} run(s) submitted to the Ray cluster at {args.ray}")
         raycluster.run_all(
             ray,
@@ -501,4 +505,9 @@ def _on_ray(out: Path, args: argparse.Namespace, runs: Sequence[PlannedRun]) -> 
             lambda job, summary: _print_summary(
                 RunOutcome(job.run_dir, summary), job.request.label, args
             ),
+            gpus,
         )
+
+
+def _ray_gpus(args: argparse.Namespace) -> float:
+    return float(getattr(args, "ray_gpus", 0.0) or 0.0)

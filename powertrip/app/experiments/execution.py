@@ -74,9 +74,11 @@ def execute(
     log: Callable[[str], Any] = print,
     progress: Progress | None = None,
     ray: str | None = None,
+    ray_gpus: float = 0.0,
 ) -> list[RunLog]:
     """Run what is not done yet, group by group (one profiler + policy per group); with
-    `ray` (an address), every group at once as a task on that Ray cluster."""
+    `ray` (an address), every group at once as a task on that Ray cluster, each asking for
+    `ray_gpus` GPUs."""
     progress = progress if progress is not None else Progress()
     ray_address = ray
     logs: list[RunLog] = []
@@ -96,7 +98,9 @@ def execute(
             todo[(variant_name, seed)] = (config, missing)
     progress.total += sum(len(m) for _, m in todo.values())
     if ray_address and todo:
-        return logs + _execute_on_ray(ray_address, todo, out, budget_factor, progress, log)
+        return logs + _execute_on_ray(
+            ray_address, ray_gpus, todo, out, budget_factor, progress, log
+        )
     for (variant_name, seed), (config, missing) in todo.items():
         variant = VARIANTS[variant_name]
         group_dir = out / "runs" / variant_name / f"seed{seed}"
@@ -194,6 +198,7 @@ def _run_group(
 
 def _execute_on_ray(
     address: str,
+    gpus: float,
     todo: Mapping[tuple[str, int], tuple[RunConfig, list[RunSpec]]],
     out: Path,
     budget_factor: float,
@@ -217,7 +222,7 @@ def _execute_on_ray(
             config.write_yaml(out / "runs" / variant_name / f"seed{seed}" / "base-config.yaml")
             factor = budget_factor if variant.budget else 0.0
             request = group_request(out, variant_name, seed, config, missing, factor)
-            requests.append((request, raycluster.cpus_of(config)))
+            requests.append((request, raycluster.resources_of(config, gpus)))
             by_arm.update({(variant_name, seed, spec.arm.name): spec for spec in missing})
         if not requests:
             return logs
@@ -237,7 +242,7 @@ def _execute_on_ray(
                 else:
                     log(f"FAILED {label} on the cluster: {message}")
 
-        with raycluster.connected(address) as ray:
+        with raycluster.connected(address, gpus) as ray:
             log(f"reproduce: {len(requests)} group(s) submitted to the Ray cluster at {address}")
             run_groups(ray, requests, landed)
     return logs
@@ -299,15 +304,15 @@ def make_group(request: GroupRequest) -> dict[str, Any]:
 
 def run_groups(
     ray: Any,
-    requests: Sequence[tuple[GroupRequest, int]],
+    requests: Sequence[tuple[GroupRequest, dict[str, float]]],
     on_done: Callable[[GroupRequest, dict[str, Any]], None],
 ) -> None:
-    """Submit every group at once (each asking for `cpus` CPUs, the second item), hand each
+    """Submit every group at once (each asking for the resources of the second item), hand each
     result to on_done as it comes; Ctrl-C cancels what is still running."""
     from powertrip.app.experiments.raycluster import submit_and_drain
 
     tasks = [
-        (request, cpus, f"{request.variant}/seed{request.seed}", request)
-        for request, cpus in requests
+        (request, resources, f"{request.variant}/seed{request.seed}", request)
+        for request, resources in requests
     ]
     submit_and_drain(ray, make_group, tasks, on_done)

@@ -9,7 +9,8 @@ shared filesystem is needed; every node needs this package, the same version, an
 (`data/` of the checkout, or POWERTRIP_DATA_DIR), as Ray's own workers need their code.
 
 * Resources: a run asks for `cpus_of(config)` CPUs (its site-worker threads, at least one),
-  so Ray never packs more runs on a node than it has cores for.
+  so Ray never packs more runs on a node than it has cores for, and `--ray-gpus` GPUs
+  (0 by default; a request no node can meet is refused at once).
 * Failures: a task whose run fails is retried once (`MAX_RETRIES`, also after a lost node);
   a second failure is reported with the last lines of its aggregator log.
 * Ctrl-C (or SIGTERM): the driver cancels the tasks it submitted; each task stops its run's
@@ -67,9 +68,11 @@ def import_ray() -> Any:
 
 
 @contextmanager
-def connected(address: str) -> Iterator[Any]:
+def connected(address: str, gpus: float = 0.0) -> Iterator[Any]:
     """ray.init on `address` ('auto': the cluster this machine belongs to; host:port; or
-    ray://host:10001 for Ray Client), shut down on the way out."""
+    ray://host:10001 for Ray Client), shut down on the way out. `gpus` (what each task or
+    actor will ask for) must fit on one of its nodes, or it is a ConfigError now rather
+    than tasks that wait for ever."""
     ray = import_ray()
     check_reachable(address)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no FutureWarning
@@ -84,9 +87,28 @@ def connected(address: str) -> Iterator[Any]:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)
     try:
+        check_gpus(ray, address, gpus)
         yield ray
     finally:
         ray.shutdown()
+
+
+def check_gpus(ray: Any, address: str, gpus: float) -> None:
+    """A GPU request (`--ray-gpus`) that no live node of the cluster can meet is refused."""
+    if gpus < 0:
+        raise ConfigError(f"--ray-gpus must be >= 0, got {gpus:g}")
+    if gpus == 0:
+        return
+    most = max(
+        (node["Resources"].get("GPU", 0.0) for node in ray.nodes() if node.get("Alive")),
+        default=0.0,
+    )
+    if most < gpus:
+        raise ConfigError(
+            f"--ray-gpus {gpus:g}: no node of the Ray cluster at {address} has that many "
+            f"GPUs (the most on one node: {most:g}); start its nodes with `ray start "
+            "--num-gpus N` on GPU machines, or leave --ray-gpus out"
+        )
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -110,6 +132,13 @@ def cpus_of(config: RunConfig) -> int:
     """CPUs a run keeps busy: every worker's training threads (0 = one per core, counted as
     one: Ray then places runs one per CPU and each uses what is free)."""
     return max(1, config.workers * max(1, config.train_threads))
+
+
+def resources_of(config: RunConfig, gpus: float = 0.0) -> dict[str, float]:
+    """What a run's task asks Ray for: its CPUs and `--ray-gpus` GPUs. Ray then sets
+    CUDA_VISIBLE_DEVICES to the GPUs it gave, and the run's site workers (device auto)
+    train on them."""
+    return {"num_cpus": cpus_of(config), "num_gpus": gpus}
 
 
 @dataclass
@@ -191,6 +220,7 @@ def run_all(
     ray: Any,
     jobs: Sequence[Submitted],
     on_done: Callable[[Submitted, dict[str, Any]], None],
+    gpus: float = 0.0,
 ) -> None:
     """Submit every job at once, write each run's files back as it finishes and call
     on_done with its summary. Ctrl-C cancels what is still running, then re-raises."""
@@ -199,23 +229,23 @@ def run_all(
         write_back(files, job.run_dir)
         on_done(job, json.loads((job.run_dir / "summary.json").read_text()))
 
-    tasks = [(job.request, cpus_of(job.config), job.request.name, job) for job in jobs]
+    tasks = [(job.request, resources_of(job.config, gpus), job.request.name, job) for job in jobs]
     submit_and_drain(ray, make_run, tasks, landed)
 
 
 def submit_and_drain(
     ray: Any,
     body: Callable[[Any], Any],
-    tasks: Sequence[tuple[Any, int, str, Any]],
+    tasks: Sequence[tuple[Any, dict[str, float], str, Any]],
     landed: Callable[[Any, Any], None],
 ) -> None:
-    """Submit `body(request)` for each (request, cpus, name, item) at once and hand each
+    """Submit `body(request)` for each (request, resources, name, item) at once and hand each
     result to landed(item, result) as it comes. A task that fails MAX_RETRIES + 1 times ends
     the drain with a RayRunError naming it; an error or a signal here cancels the rest."""
     task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=True)(body)
     pending = {
-        task.options(num_cpus=cpus, name=f"powertrip:{name}").remote(request): (name, item)
-        for request, cpus, name, item in tasks
+        task.options(**resources, name=f"powertrip:{name}").remote(request): (name, item)
+        for request, resources, name, item in tasks
     }
     try:
         while pending:

@@ -185,11 +185,13 @@ class RemoteProcess:
 
 class RayWorkers:
     """A WorkerPlacement (runner.run_once) that starts the site workers as Ray actors,
-    spread over the cluster's nodes, each asking for its training threads in CPUs."""
+    spread over the cluster's nodes, each asking for its training threads in CPUs and
+    `--ray-gpus` GPUs (Ray sets CUDA_VISIBLE_DEVICES; the worker's device auto uses them)."""
 
-    def __init__(self, ray: Any, cpus_per_worker: int = 1) -> None:
+    def __init__(self, ray: Any, cpus_per_worker: int = 1, gpus_per_worker: float = 0.0) -> None:
         self.ray = ray
         self.cpus_per_worker = max(1, cpus_per_worker)
+        self.gpus_per_worker = gpus_per_worker
         self.aggregator_host = ray.util.get_node_ip_address()
         self.join_token = secrets.token_urlsafe(24)
         self._token_dir = tempfile.TemporaryDirectory(prefix="powertrip-ray-run-")
@@ -206,9 +208,11 @@ class RayWorkers:
     ) -> list[ServiceProcess]:
         """Start every worker at once (each imports torch and loads its data in parallel),
         then wait for each; one that cannot start is a LaunchError naming it and its node."""
-        host_class = self.ray.remote(num_cpus=self.cpus_per_worker, scheduling_strategy="SPREAD")(
-            WorkerHost
-        )
+        host_class = self.ray.remote(
+            num_cpus=self.cpus_per_worker,
+            num_gpus=self.gpus_per_worker,
+            scheduling_strategy="SPREAD",
+        )(WorkerHost)
         started: list[tuple[str, Any, Any]] = []
         for name, args in workers:
             actor = host_class.remote()

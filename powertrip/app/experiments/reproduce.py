@@ -222,6 +222,7 @@ def main(args: Any) -> int:
             "show_progress": not args.quiet,
             "progress": Progress(),
             "ray": ray,
+            "ray_gpus": float(getattr(args, "ray_gpus", 0.0) or 0.0),
         }
         from powertrip.app.experiments.jobs import start_helpers, wait_helpers
 
