@@ -56,3 +56,17 @@ def test_only_restricts_the_plan_to_the_named_set_ups(tmp_path, capsys):
     assert lines and all(ln.strip().startswith("calibrate/s0/") for ln in lines), lines
     assert main([*argv, "--only", "nope", "--plan"]) == 2
     assert "--only: nope is not a set-up of these figures" in capsys.readouterr().err
+
+
+def test_a_run_without_a_target_is_planned_for_all_its_rounds(tmp_path, capsys):
+    """Fig. 11's regime check has no target: its runs make max_rounds (30) rounds, whatever
+    a static-k100 of another figure that stopped at its target took (here 12)."""
+    from powertrip.app.cli import main
+
+    _run(tmp_path / "runs/uniform/seed0/static-k100", [100] * 12, [30.0] * 12, rounds=12)
+    _run(tmp_path / "runs/uniform/seed0/static-k10", [10] * 12, [3.0] * 12, rounds=12)
+    argv = ["reproduce", "--figure", "11-regime", "--seeds", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--plan", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "regime-paper/s0/static-k100: k ~ 100, 30 rounds, ~" in text
+    assert "upper bound" not in text.split("regime-paper/s0/static-k100")[1].splitlines()[0]

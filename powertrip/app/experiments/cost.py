@@ -8,8 +8,9 @@ sites train 10 steps of batch 20. A planned run is charged its expected rounds t
 a + b' k, b' = b scaled by its own local_steps x batch_size against those 200 samples, with
 k and the rounds taken from the finished runs of the same arm (static k: its k; any other
 policy: its mean k) and, where there are none, k from the arm and `max_rounds` rounds: an
-upper bound. a is not scaled: a larger evaluation set costs more than it says. Wall seconds
-of one run are CPU seconds times the cores a run uses, so the total is given in both.
+upper bound (exact for a run with no target or budget to end it sooner). a is not scaled:
+a larger evaluation set costs more than it says. Wall seconds of one run are CPU seconds
+times the cores a run uses, so the total is given in both.
 """
 
 from __future__ import annotations
@@ -139,12 +140,23 @@ def estimate(
         if k is None:
             k = statistics.median(mean_k) if mean_k else UNKNOWN_K
         n_rounds = float(config.max_rounds)
-        if rounds:
+        if _runs_every_round(config):
+            rounds = [n_rounds]  # no target to stop it: exactly max_rounds, not a guess
+        elif rounds:
             n_rounds = min(statistics.median(rounds), n_rounds)
         scale = config.local_steps * config.batch_size / REFERENCE_SITE_WORK
         wall = n_rounds * (a + b * scale * float(k))
         costs.append(RunCost(spec, float(k), n_rounds, wall, measured=bool(rounds)))
     return costs, fit
+
+
+def _runs_every_round(config: RunConfig) -> bool:
+    """A run that nothing ends before max_rounds (Fig. 11's regime check): no reachable
+    accuracy target, no perplexity target, no time budget. Other arms' round counts of the
+    same name (which stopped at a target) say nothing about it."""
+    return (
+        config.target_accuracy >= 1.0 and not config.target_perplexity and config.max_sim_hours <= 0
+    )
 
 
 def plan_lines(costs: Sequence[RunCost], fit: tuple[float, float, int], cores: int) -> list[str]:
