@@ -210,9 +210,13 @@ def main(args: Any) -> int:
         meta_file.write_text(json.dumps(meta, indent=2, default=str))
     logs: list[RunLog] = []
     if not args.report_only:
+        static_k = sorted(
+            {int(v) for r in runs if r.arm.policy == "static" for n, v in r.arm.params if n == "k"}
+        )
+        midpoints = " (then the midpoints beside k*)" if set(ks) <= set(static_k) else ""
         print(
             f"reproduce: {len(runs)} runs for figure(s) {', '.join(figures)}, seeds {seeds}, "
-            f"static k {ks} (then the midpoints beside k*); output in {out}"
+            f"static k {static_k}{midpoints}; output in {out}"
             + (f"; {jobs} processes" if jobs > 1 else "")
         )
         started = time.monotonic()
