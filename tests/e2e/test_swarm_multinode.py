@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -61,10 +60,14 @@ from tests.e2e.test_compose import (
     last_round,
     make_certs,
     run_decisions,
-    run_rows,
     stack_env,
 )
-from tests.e2e.test_swarm_stack import IMAGE_UID, LINK, STACK_FILE
+from tests.e2e.test_swarm_stack import (
+    IMAGE_UID,
+    STACK_FILE,
+    finished_run,
+    shaped_on_overlay,
+)
 
 NODE_SCRIPT = DEPLOY / "swarm" / "dind-node.sh"
 OVERRIDE_FILE = DEPLOY / "swarm" / "multinode.yml"
@@ -423,18 +426,7 @@ def test_swarm_across_three_nodes_survives_a_lost_node(multinode):
     figures["placement"] = ", ".join(f"{t['slot']} on {t['node']}" for t in tasks)
 
     # links shaped on the overlay (eth0) and measured across nodes near their configuration
-    logs = _service_logs(cluster, stack, "site-worker")
-    shaped = re.findall(r"(site-\d+): shaped (\S+) \(mode (\w+)\)", logs)
-    assert {iface for _, iface, _ in shaped} == {"eth0"}, shaped
-    links = LINK.findall(logs)
-    assert len({s for s, *_ in links}) == SITES, logs[-3000:]
-    for site, lat_m, lat_c, bw_m, bw_c in links:
-        assert abs(float(bw_m) - float(bw_c)) <= 0.25 * float(bw_c), (site, bw_m, bw_c)
-        assert abs(float(lat_m) - float(lat_c)) <= 0.25 * float(lat_c) + 3, (site, lat_m, lat_c)
-    figures["links"] = "; ".join(
-        f"{s} {bm}/{bc} MB/s, one-way {lm}/{lc} ms (measured/configured)"
-        for s, lm, lc, bm, bc in links
-    )
+    figures["links"] = shaped_on_overlay(_service_logs(cluster, stack, "site-worker"), SITES)
 
     # 2. stop worker1's node just after a round starts (its site is then mid-round)
     _wait("round 2", lambda: last_round(out) >= 2, 600, every_s=1)
@@ -549,20 +541,7 @@ def test_swarm_across_three_nodes_survives_a_lost_node(multinode):
     phases.done("join token rotated")
 
     # 5. the run completes, every round once, every accepted update counted once
-    summary_path = out / "summary.json"
-    summary = _wait("summary.json", lambda: summary_path.exists() and json.loads(
-        summary_path.read_text()), 900, every_s=2)  # fmt: skip
-    assert summary["status"] == "done", summary
-    rows, decisions = run_rows(out), run_decisions(out)
-    assert [int(r["round"]) for r in rows] == list(range(1, ROUNDS + 1)), rows
-    assert [d["round"] for d in decisions] == list(range(1, ROUNDS + 1))
-    clean = [r for r, d in zip(rows, decisions, strict=True) if not d["failed_sites"]]
-    model_bytes = int(clean[0]["bytes_down"]) // int(clean[0]["k"])
-    for row, d in zip(rows, decisions, strict=True):
-        accepted = int(row["k"]) - len(d["failed_sites"])
-        assert accepted >= 1 and int(row["bytes_up"]) == accepted * model_bytes, (row, d)
-    final = json.loads((out / "checkpoint" / "state.json").read_text())
-    assert final["round"] == ROUNDS and final["model_version"] == ROUNDS, final
+    _rows, decisions, _clean = finished_run(out, ROUNDS)
     figures["audit"] = verify(multinode["audit"], out)
     assert list(out.parent.glob("multinode.finished-*")) == []  # resumed, not a new run
     figures["rounds with a failed site"] = (

@@ -284,6 +284,45 @@ LINK = re.compile(
 )
 
 
+def shaped_on_overlay(logs: str, sites: int) -> str:
+    """Check from the site workers' logs that each of `sites` sites shaped its link on the
+    overlay interface (eth0) and measured it within 25 % of its configuration; returns
+    the measured/configured figures."""
+    shaped = re.findall(r"(site-\d+): shaped (\S+) \(mode (\w+)\)", logs)
+    assert {iface for _, iface, _ in shaped} == {"eth0"}, shaped
+    links = LINK.findall(logs)
+    assert len({s for s, *_ in links}) == sites, logs[-3000:]
+    for site, lat_m, lat_c, bw_m, bw_c in links:
+        assert abs(float(bw_m) - float(bw_c)) <= 0.25 * float(bw_c), (site, bw_m, bw_c)
+        assert abs(float(lat_m) - float(lat_c)) <= 0.25 * float(lat_c) + 3, (site, lat_m, lat_c)
+    return "; ".join(
+        f"{s} {bm}/{bc} MB/s, one-way {lm}/{lc} ms (measured/configured)"
+        for s, lm, lc, bm, bc in links
+    )
+
+
+def finished_run(out: Path, rounds: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """Wait for the run's summary, then check what a run that lost tasks must still hold:
+    every round once and in order, each round's accepted deltas counted once (`bytes_up`),
+    the checkpoint at the last round. Returns rounds.csv's rows, the decisions and the rows
+    of rounds without a failed site."""
+    summary_path = out / "summary.json"
+    summary = _wait("summary.json", lambda: summary_path.exists() and json.loads(
+        summary_path.read_text()), 900, every_s=2)  # fmt: skip
+    assert summary["status"] == "done", summary
+    rows, decisions = run_rows(out), run_decisions(out)
+    assert [int(r["round"]) for r in rows] == list(range(1, rounds + 1)), rows
+    assert [d["round"] for d in decisions] == list(range(1, rounds + 1))
+    clean = [r for r, d in zip(rows, decisions, strict=True) if not d["failed_sites"]]
+    model_bytes = int(clean[0]["bytes_down"]) // int(clean[0]["k"])
+    for row, d in zip(rows, decisions, strict=True):
+        accepted = int(row["k"]) - len(d["failed_sites"])
+        assert accepted >= 1 and int(row["bytes_up"]) == accepted * model_bytes, (row, d)
+    final = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert final["round"] == rounds and final["model_version"] == rounds, final
+    return rows, decisions, clean
+
+
 def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_stack):
     stack, name, out = swarm_stack, swarm_stack["stack"], swarm_stack["out"]
     t0 = time.monotonic()
@@ -297,18 +336,7 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
 
     # their links are shaped on the overlay interface (the path to the aggregator), not the
     # default route's docker_gwbridge; an unshaped overlay would measure far above the rate
-    logs = _service_logs(name, "site-worker")
-    shaped = re.findall(r"(site-\d+): shaped (\S+) \(mode (\w+)\)", logs)
-    assert {iface for _, iface, _ in shaped} == {"eth0"}, shaped
-    links = LINK.findall(logs)
-    assert len({s for s, *_ in links}) == LOCAL_FIRST, logs[-3000:]
-    for site, lat_m, lat_c, bw_m, bw_c in links:
-        assert abs(float(bw_m) - float(bw_c)) <= 0.25 * float(bw_c), (site, bw_m, bw_c)
-        assert abs(float(lat_m) - float(lat_c)) <= 0.25 * float(lat_c) + 3, (site, lat_m, lat_c)
-    figures["links"] = "; ".join(
-        f"{s} {bm}/{bc} MB/s, one-way {lm}/{lc} ms (measured/configured)"
-        for s, lm, lc, bm, bc in links
-    )
+    figures["links"] = shaped_on_overlay(_service_logs(name, "site-worker"), LOCAL_FIRST)
 
     # 2. scale the site workers
     _docker("service", "scale", "--detach=true", f"{name}_site-worker={LOCAL_SCALED}")
@@ -381,22 +409,9 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
     )
 
     # 5. the run completes, with every accepted update counted once
-    summary_path = out / "summary.json"
-    summary = _wait("summary.json", lambda: summary_path.exists() and json.loads(
-        summary_path.read_text()), 900, every_s=2)  # fmt: skip
-    assert summary["status"] == "done", summary
-    rows, decisions = run_rows(out), run_decisions(out)
-    assert [int(r["round"]) for r in rows] == list(range(1, ROUNDS + 1)), rows
-    assert [d["round"] for d in decisions] == list(range(1, ROUNDS + 1))
-    clean = [r for r, d in zip(rows, decisions, strict=True) if not d["failed_sites"]]
-    model_bytes = int(clean[0]["bytes_down"]) // int(clean[0]["k"])
-    for row, d in zip(rows, decisions, strict=True):
-        accepted = int(row["k"]) - len(d["failed_sites"])
-        assert accepted >= 1 and int(row["bytes_up"]) == accepted * model_bytes, (row, d)
+    _rows, _decisions, clean = finished_run(out, ROUNDS)
     # the remote site trained in the rounds it was not cut off in
     assert sum(remote_site in r["sites"].split(";") for r in clean) >= ROUNDS // 2, clean[:3]
-    final = json.loads((out / "checkpoint" / "state.json").read_text())
-    assert final["round"] == ROUNDS and final["model_version"] == ROUNDS, final
     figures["audit"] = verify(stack["audit"], out)
     assert list(out.parent.glob("swarm.finished-*")) == []  # resumed, not a new run
 

@@ -148,17 +148,22 @@ def test_gpus_that_no_node_has_are_refused_at_once(tmp_path, cluster):
     assert "the most on one node: 0" in done.stderr
 
 
-def _ray_services() -> list[str]:
-    """Command lines of services started by a Ray task (they run in its scratch dir)."""
+def _processes(*marks: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose command line holds all of `marks`."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "-m services." in cmd and "powertrip-ray-" in cmd:
-            found.append(cmd)
+        if proc.name.isdigit() and all(mark in cmd for mark in marks):
+            found.append((int(proc.name), cmd))
     return found
+
+
+def _ray_services() -> list[str]:
+    """Command lines of services started by a Ray task (they run in its scratch dir)."""
+    return [cmd for _, cmd in _processes("-m services.", "powertrip-ray-")]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -192,15 +197,7 @@ RUN = ["run", "--workload", "synthetic", "--sites", "10", "--seed", "2", "--trai
 
 def _ray_workers() -> list[int]:
     """Pids of site workers started by a Ray actor (their token file is in its scratch)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "-m services.site_worker" in cmd and "powertrip-worker-" in cmd:
-            found.append(int(proc.name))
-    return found
+    return [pid for pid, _ in _processes("-m services.site_worker", "powertrip-worker-")]
 
 
 def _start_long_run(tmp_path: Path, cluster: str) -> subprocess.Popen:
