@@ -249,12 +249,14 @@ def start_service(
     *,
     timeout_s: float = 60.0,
     wait_serving: bool = True,
+    host: str = "127.0.0.1",
 ) -> ServiceProcess:
-    """`python -m services.<name> --port 0 ARGS`, wait for its port line and health SERVING.
+    """`python -m services.<name> --port 0 --host HOST ARGS`, wait for its port line and
+    health SERVING.
 
     The process ends when this one does (PR_SET_PDEATHSIG, see _BOOTSTRAP): call from the
     main thread, which outlives it."""
-    service = spawn_service(name, args, log_dir)
+    service = spawn_service(name, args, log_dir, host=host)
     return await_started(service, timeout_s=timeout_s, wait_serving=wait_serving)
 
 

@@ -46,6 +46,15 @@ ASK_TIMEOUT_S = 30.0
 LOG_LINES = 400
 
 
+def token_file_in(directory: Path, token: str) -> Path:
+    """The run's join token in `directory`/join-token, readable by its owner only (made so
+    before the token is written), for a service's --join-token-file."""
+    path = directory / "join-token"
+    path.touch(mode=0o600)
+    path.write_text(token)
+    return path
+
+
 def answer(ray: Any, ref: Any, timeout_s: float) -> Any:
     """ray.get of `ref` once it is ready, waiting in Python (TimeoutError after timeout_s):
     a signal that arrives inside a blocking ray.get comes out as a bare KeyboardInterrupt,
@@ -74,9 +83,7 @@ class WorkerHost:
 
         from powertrip.app.experiments.launcher import await_started, start_process
 
-        token_file = self.scratch / "join-token"
-        token_file.touch(mode=0o600)
-        token_file.write_text(join_token)
+        token_file = token_file_in(self.scratch, join_token)
         self.service = start_process(
             name,
             "services.site_worker",
@@ -198,9 +205,7 @@ class RayWorkers:
         self.nodes: list[dict[str, str]] = []
 
     def aggregator_args(self) -> list[str]:
-        token_file = Path(self._token_dir.name) / "join-token"
-        token_file.touch(mode=0o600)
-        token_file.write_text(self.join_token)
+        token_file = token_file_in(Path(self._token_dir.name), self.join_token)
         return ["--join-token-file", str(token_file), "--insecure"]
 
     def start(

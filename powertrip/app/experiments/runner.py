@@ -199,29 +199,13 @@ def _start_together(
     Each process spends about 2 s importing torch and loading data before it can serve or
     register; started one after the other that was about 4 s of every run of `make demo`
     (bench/RESULTS.md). The aggregator gets a port picked here, so the workers can be given
-    its address at once and wait for it (their Register waits for the channel). Should
-    another process take that port first, the aggregator exits ("cannot bind") and both are
-    started again the old way: the aggregator on port 0, then the workers."""
-    sites = split_sites(config.num_sites, config.workers)
+    its address at once and wait for it (their Register waits for the channel)."""
 
     def spawn_workers(aggregator: ServiceProcess) -> None:
-        for w, worker_sites in enumerate(sites):
-            args = _worker_args(config, w, worker_sites, aggregator.target)
-            processes.append(spawn_service(f"site_worker:{w}", args, log_dir))
+        for name, args in _workers(config, aggregator.target):
+            processes.append(spawn_service(name, args, log_dir))
 
-    aggregator = spawn_service("aggregator", aggregator_args, log_dir, port=free_port())
-    processes.append(aggregator)
-    spawn_workers(aggregator)
-    try:
-        await_started(aggregator, timeout_s=120)
-    except LaunchError:
-        if not bind_failed(aggregator):
-            raise
-        stop_services(reversed(processes))
-        processes.clear()
-        aggregator = start_service("aggregator", aggregator_args, log_dir, timeout_s=120)
-        processes.append(aggregator)
-        spawn_workers(aggregator)
+    aggregator = _serve_aggregator(aggregator_args, log_dir, processes, spawned=spawn_workers)
     for worker in processes[1:]:
         await_started(worker, wait_serving=False)
     return aggregator
@@ -237,23 +221,45 @@ def _start_placed(
     """The aggregator here, on the placement's address, then the site workers where the
     placement puts them (they dial it, so it is started and serving first)."""
     args = [*aggregator_args, *placement.aggregator_args()]
-    host = placement.aggregator_host
+    aggregator = _serve_aggregator(args, log_dir, processes, host=placement.aggregator_host)
+    processes.extend(placement.start(_workers(config, aggregator.target), log_dir))
+    return aggregator
+
+
+def _workers(config: RunConfig, aggregator: str) -> list[tuple[str, list[str]]]:
+    """(name, site-worker args) of each worker process, its sites dealt round-robin."""
+    return [
+        (f"site_worker:{w}", _worker_args(config, w, sites, aggregator))
+        for w, sites in enumerate(split_sites(config.num_sites, config.workers))
+    ]
+
+
+def _serve_aggregator(
+    args: list[str],
+    log_dir: Path,
+    processes: list[ServiceProcess],
+    *,
+    host: str = "127.0.0.1",
+    spawned: Callable[[ServiceProcess], None] = lambda _aggregator: None,
+) -> ServiceProcess:
+    """The aggregator on a port picked here, appended to `processes`, and returned once it
+    serves; `spawned(aggregator)` is called as soon as it is started (to start workers that
+    dial it meanwhile). Should another process take that port first, the aggregator exits
+    ("cannot bind"): everything in `processes` is stopped and it is started again the old
+    way, on port 0, waited for, then `spawned` called again."""
     aggregator = spawn_service("aggregator", args, log_dir, port=free_port(), host=host)
     processes.append(aggregator)
+    spawned(aggregator)
     try:
         await_started(aggregator, timeout_s=120)
     except LaunchError:
         if not bind_failed(aggregator):
             raise
+        stop_services(reversed(processes))
         processes.clear()
-        aggregator = spawn_service("aggregator", args, log_dir, host=host)
+        aggregator = start_service("aggregator", args, log_dir, timeout_s=120, host=host)
         processes.append(aggregator)
-        await_started(aggregator, timeout_s=120)
-    workers = [
-        (f"site_worker:{w}", _worker_args(config, w, sites, aggregator.target))
-        for w, sites in enumerate(split_sites(config.num_sites, config.workers))
-    ]
-    processes.extend(placement.start(workers, log_dir))
+        spawned(aggregator)
     return aggregator
 
 
