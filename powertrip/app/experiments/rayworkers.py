@@ -81,18 +81,17 @@ class WorkerHost:
         """Start the worker; return its node once it has printed its port line."""
         import ray
 
-        from powertrip.app.experiments.launcher import await_started, start_process
+        from powertrip.app.experiments.launcher import start_service
 
         token_file = token_file_in(self.scratch, join_token)
-        self.service = start_process(
-            name,
-            "services.site_worker",
-            ["--port", "0", "--host", "127.0.0.1", *args, "--join-token-file", str(token_file)],
-            self.scratch / f"{name}.log",
-            stdout=subprocess.PIPE,
-        )
-        try:
-            await_started(self.service, timeout_s=START_TIMEOUT_S, wait_serving=False)
+        try:  # the worker's own port is loopback (metrics, health): it dials out
+            self.service = start_service(
+                name,
+                [*args, "--join-token-file", str(token_file)],
+                self.scratch,
+                timeout_s=START_TIMEOUT_S,
+                wait_serving=False,
+            )
         finally:
             token_file.unlink(missing_ok=True)  # read at start; not left on the node
         context = ray.get_runtime_context()
@@ -104,10 +103,6 @@ class WorkerHost:
     def terminate(self) -> None:
         if self.service is not None:
             self.service.terminate()
-
-    def kill(self) -> None:
-        if self.service is not None:
-            self.service.kill()
 
     def finish(self, lines: int = LOG_LINES) -> str:
         """The ended worker's log (its last `lines`), and its scratch directory removed."""
