@@ -140,13 +140,13 @@ def estimate(
         if k is None:
             k = statistics.median(mean_k) if mean_k else UNKNOWN_K
         n_rounds = float(config.max_rounds)
-        if _runs_every_round(config):
-            rounds = [n_rounds]  # no target to stop it: exactly max_rounds, not a guess
-        elif rounds:
+        # no target or budget to stop it: exactly max_rounds, whatever arms of its name took
+        exact = _runs_every_round(config)
+        if rounds and not exact:
             n_rounds = min(statistics.median(rounds), n_rounds)
         scale = config.local_steps * config.batch_size / REFERENCE_SITE_WORK
         wall = n_rounds * (a + b * scale * float(k))
-        costs.append(RunCost(spec, float(k), n_rounds, wall, measured=bool(rounds)))
+        costs.append(RunCost(spec, float(k), n_rounds, wall, measured=exact or bool(rounds)))
     return costs, fit
 
 
