@@ -25,6 +25,8 @@ both alike; the ratio is the median of the pairwise ratios:
   transport that keeps it; transfer_vs_checked_tcp: the service path against that ceiling.
 * gpu_site_steps_per_s (where torch sees a CUDA GPU): 100 FEMNIST sites in one vmap call
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
+* qlora_base_memory_ratio (CUDA GPU and bitsandbytes): QLoRA's 4-bit base against LoRA's
+  float32 base, GPU memory held and peak in training, and step time (bench/qlora.py).
 * demo_wall_s (only with --demo: it takes minutes): the default `make demo` comparison.
 
 Writes bench/results/latest.json and prints a table. `--quick` is a smoke run.
@@ -50,7 +52,17 @@ sys.path.insert(0, str(ROOT))  # `bench` and `powertrip` from this checkout, fro
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # One module per figure, each with measure(args, work, results) -> dict (bench/__init__.py).
-from bench import demo, fedavg, flower, gpu, scale, select_sites, train, transfer  # noqa: E402
+from bench import (  # noqa: E402
+    demo,
+    fedavg,
+    flower,
+    gpu,
+    qlora,
+    scale,
+    select_sites,
+    train,
+    transfer,
+)
 
 # `--only` names -> modules, in the order they run (and their figures appear in the table).
 BENCHMARKS = {
@@ -61,6 +73,7 @@ BENCHMARKS = {
     "select": select_sites,
     "scale": scale,
     "gpu": gpu,
+    "qlora": qlora,
 }
 
 
@@ -85,7 +98,7 @@ def main() -> int:
     parser.add_argument("--demo", action="store_true", help="also time `make demo` (minutes)")
     parser.add_argument("--quick", action="store_true", help="smoke run: small and fast")
     parser.add_argument(
-        "--only", help="comma-separated: train,flower,transfer,fedavg,select,scale,gpu"
+        "--only", help="comma-separated: train,flower,transfer,fedavg,select,scale,gpu,qlora"
     )
     parser.add_argument(
         "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"

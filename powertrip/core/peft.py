@@ -16,23 +16,50 @@ it approximates the average of the sites' updates B_i A_i, since
 mean(B_i) mean(A_i) != mean(B_i A_i) in general; the two agree when the sites' adapters
 agree (an exact rule, averaging the products, is not built).
 
-`qlora` (CPU form): QLoRA (Dettmers et al. 2023) stores the frozen base in 4-bit NormalFloat
-(NF4) with bitsandbytes on a CUDA GPU. Neither bitsandbytes' kernels nor a GPU run here, so
-this rounds every frozen linear weight to the nearest of NF4's 16 levels in blocks of 64
-(absmax scaling, as QLoRA does) and keeps it as float: the base has QLoRA's quantization
-error, and none of its memory saving. Its label (`PeftSpec.label`) says so: `qlora (NF4
-rounding on CPU)`; the run's config.yaml records the spec as given.
+`qlora`: QLoRA (Dettmers et al. 2023) stores the frozen base in 4-bit NormalFloat (NF4) and
+computes with it dequantized. It takes one of two forms, by the device the model is built for
+(`qlora_form`); both give the base the same values:
+
+* **4-bit** (a CUDA device with bitsandbytes installed, extra `[qlora]`): every frozen linear
+  layer becomes a bitsandbytes `Linear4bit`, NF4 in blocks of 64, its weight held as packed
+  4-bit codes plus one float32 absmax per block (4.5 bits a weight instead of 32). OUR
+  CHOICE: no double quantization (QLoRA's `compress_statistics`), so the codes dequantize to
+  exactly the rounded form's values (checked bit for bit on an H200,
+  tests/unit/test_qlora_4bit.py), and the aggregator, which evaluates on its CPU with the
+  rounded form, scores the base the sites train on. A linear layer whose weight is tied to
+  an embedding (the decoder's output layer) cannot be 4-bit without untying it: it is
+  rounded in place, as transformers' bitsandbytes loader keeps `lm_head` unquantized.
+* **rounded** (a CPU, or CUDA without bitsandbytes): every frozen linear weight is rounded to
+  the nearest of NF4's 16 levels in blocks of 64 (absmax scaling, as QLoRA does) and kept as
+  float: QLoRA's quantization error, none of its memory saving. Not bitsandbytes on a CPU:
+  its CPU 4-bit matmul, in evaluation on a CPU with AVX512-BF16 (this project's machines),
+  repacks the weight and computes in bfloat16 (0.12 off on a 64-wide layer here), which
+  would no longer be the NF4 base in float32.
+
+Which form a model got is logged (`with_adapters`); `PeftSpec.label` names the rounded form,
+which made every committed run (`qlora (NF4 rounding on CPU)`). The run's config.yaml
+records the spec as given.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import logging
 
 import torch
 
 from powertrip.core.config import ConfigError
 from powertrip.core.peftspec import EXTRA_HINT, METHODS, PeftSpec
 
-__all__ = ["EXTRA_HINT", "METHODS", "NF4_LEVELS", "AdapterOnly", "PeftSpec", "nf4_round",
+__all__ = ["EXTRA_HINT", "METHODS", "NF4_LEVELS", "QLORA_EXTRA_HINT", "QLORA_FORMS",
+           "AdapterOnly", "PeftSpec", "nf4_round", "qlora_form", "quantize_base",
            "with_adapters"]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+#: how qlora holds its frozen base (module docstring)
+QLORA_FORMS = ("4bit", "rounded")
+QLORA_EXTRA_HINT = "pip install 'powertrip[qlora]' (bitsandbytes)"
 
 #: QLoRA's NF4 levels (Dettmers et al. 2023, Appendix E; bitsandbytes' table)
 NF4_LEVELS = (
@@ -50,24 +77,103 @@ def nf4_round(weight: torch.Tensor) -> torch.Tensor:
     pad = (-flat.numel()) % NF4_BLOCK
     blocks = torch.nn.functional.pad(flat, (0, pad)).reshape(-1, NF4_BLOCK)
     scale = blocks.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(weight.dtype).tiny)
-    levels = torch.tensor(NF4_LEVELS, dtype=weight.dtype)
+    levels = torch.tensor(NF4_LEVELS, dtype=weight.dtype, device=weight.device)
     index = (blocks / scale).unsqueeze(-1).sub(levels).abs().argmin(dim=-1)
     rounded = (levels[index] * scale).reshape(-1)[: flat.numel()]
     return rounded.reshape(weight.shape)
 
 
-def with_adapters(model, spec: PeftSpec):
+def have_bitsandbytes() -> bool:
+    """bitsandbytes is installed (not imported: on a machine without CUDA importing it only
+    costs time)."""
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def qlora_form(device: str, bitsandbytes_installed: bool) -> str:
+    """'4bit' on a CUDA device with bitsandbytes, else 'rounded' (module docstring: why the
+    4-bit form is not used on a CPU)."""
+    return "4bit" if device.startswith("cuda") and bitsandbytes_installed else "rounded"
+
+
+def quantize_base(model: torch.nn.Module, form: str, device: str = "cpu") -> int:
+    """Give `model`'s linear layers QLoRA's NF4 base in `form` (QLORA_FORMS), in place;
+    returns how many layers became 4-bit. Under '4bit' the layers are quantized on `device`
+    (bitsandbytes packs the codes where the tensor lands); a linear layer whose weight is
+    shared with another module (tied) is rounded instead, in both forms."""
+    if form not in QLORA_FORMS:
+        raise ValueError(f"qlora form must be one of {', '.join(QLORA_FORMS)}, got {form!r}")
+    shared = {
+        id(p)
+        for m in model.modules()
+        if not isinstance(m, torch.nn.Linear)
+        for p in m.parameters(recurse=False)
+    }
+    four_bit = 0
+    with torch.no_grad():
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, torch.nn.Linear):
+                    continue
+                if form == "4bit" and id(child.weight) not in shared:
+                    setattr(parent, name, _linear_4bit(child, device))
+                    four_bit += 1
+                else:
+                    child.weight.copy_(nf4_round(child.weight))
+    return four_bit
+
+
+def _linear_4bit(linear: torch.nn.Linear, device: str):
+    """`linear` as a bitsandbytes NF4 Linear4bit on `device`, quantized there, computing in
+    the weight's own dtype; no double quantization (module docstring)."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as exc:  # pragma: no cover - qlora_form checks first
+        raise ConfigError(f"peft=qlora in 4 bits needs bitsandbytes: {QLORA_EXTRA_HINT}") from exc
+    dtype = linear.weight.dtype
+    # Linear4bit initialises a weight it is then given: on the meta device, so that it
+    # draws nothing from torch's generator and the adapters start as in the rounded form
+    layer = bnb.nn.Linear4bit(
+        linear.in_features,
+        linear.out_features,
+        bias=linear.bias is not None,
+        compute_dtype=dtype,
+        compress_statistics=False,
+        quant_type="nf4",
+        device="meta",
+    )
+    layer.weight = bnb.nn.Params4bit(
+        linear.weight.detach().clone(),
+        requires_grad=False,
+        blocksize=NF4_BLOCK,
+        compress_statistics=False,
+        quant_type="nf4",
+        module=layer,
+    )
+    if linear.bias is not None:
+        layer.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+    return layer.to(device)
+
+
+def with_adapters(model, spec: PeftSpec, device: str = "cpu"):
     """`model` with LoRA adapters on `spec.targets`, its own weights frozen (and, for qlora,
-    its frozen linear weights rounded to NF4 first); returns an `AdapterOnly` module."""
+    its frozen linear layers given the NF4 base first, in the form `device` calls for:
+    `qlora_form`); returns an `AdapterOnly` module. The caller still moves it to `device`."""
     try:
         from peft import LoraConfig, inject_adapter_in_model
     except ImportError as exc:
         raise ConfigError(f"peft={spec.method} needs the peft library: {EXTRA_HINT}") from exc
     if spec.method == "qlora":
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.weight.copy_(nf4_round(module.weight))
+        installed = have_bitsandbytes()
+        form = qlora_form(device, installed)
+        four_bit = quantize_base(model, form, device)
+        if form == "4bit":
+            log.info("qlora: %d linear layers hold the base in 4-bit NF4 on %s", four_bit, device)
+        elif device.startswith("cuda") and not installed:
+            log.warning(
+                "qlora on %s without bitsandbytes: the base is NF4-rounded float32, with "
+                "none of QLoRA's memory saving; %s",
+                device, QLORA_EXTRA_HINT,
+            )  # fmt: skip
     config = LoraConfig(
         r=spec.r,
         lora_alpha=spec.alpha,

@@ -68,7 +68,7 @@ def measure_step_times(
     torch.set_num_threads(run.threads_per_worker)
     try:
         torch.manual_seed(run.seed)
-        model = workload.build_model().to(device)
+        model = workload.build_model(device).to(device)
         return time_steps(
             workload,
             model,

@@ -148,7 +148,7 @@ class SiteWorker:
         # one replica per training thread; a thread takes a free one for each group
         self.replicas: queue.SimpleQueue[torch.nn.Module] = queue.SimpleQueue()
         for _ in range(self.config.train_threads):
-            self.replicas.put(self.workload.build_model().to(self.config.device))
+            self.replicas.put(self.workload.build_model(self.config.device).to(self.config.device))
         log.info(
             "%s: run %s, %d site(s), %s",
             self.config.worker_id,

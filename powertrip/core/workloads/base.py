@@ -154,8 +154,10 @@ class Workload(ABC):
         """Read (or generate) the data; raise DataError naming the file and how to get it."""
 
     @abstractmethod
-    def build_model(self) -> torch.nn.Module:
-        """A freshly initialised model (callers seed torch first)."""
+    def build_model(self, device: str = "cpu") -> torch.nn.Module:
+        """A freshly initialised model (callers seed torch first) for `device`, where the
+        caller then moves it: a workload may build a form that only that device runs
+        (shakespeare-lm's QLoRA base is 4-bit on CUDA), the same numbers either way."""
 
     def partition(self, dataset: Dataset, num_sites: int, seed: int) -> Partition:
         """Group natural users into sites (LEAF style); split users when there are too few."""

@@ -70,7 +70,7 @@ class FemnistWorkload(Workload):
             source=str(path),
         )
 
-    def build_model(self):
+    def build_model(self, device: str = "cpu"):
         from torch import nn
 
         # LEAF's FEMNIST CNN (Caldas et al. 2018): two 5x5 conv + pool, FC 2048, FC 62.

@@ -147,7 +147,7 @@ class ShakespeareWorkload(Workload):
             source=str(path),
         )
 
-    def build_model(self):
+    def build_model(self, device: str = "cpu"):
         return build_lstm()
 
     def inputs(self, x: np.ndarray):

@@ -141,7 +141,7 @@ class ShakespeareLMWorkload(ShakespeareWorkload):
         others = {play_of(u) for u in data.user_names} - reserved
         return without_plays(data, others)
 
-    def build_model(self):
+    def build_model(self, device: str = "cpu"):
         from safetensors.torch import load_file
 
         model = build_decoder()
@@ -158,7 +158,7 @@ class ShakespeareLMWorkload(ShakespeareWorkload):
                 f"{self.base_path} does not fit the model (missing {missing[:3]}, unexpected "
                 f"{unexpected[:3]}); make it again with `powertrip data pretrain shakespeare-lm`"
             )
-        return with_adapters(model, self.peft) if self.peft.enabled else model
+        return with_adapters(model, self.peft, device) if self.peft.enabled else model
 
 
 def _update_bytes(spec: PeftSpec) -> float:

@@ -361,7 +361,7 @@ class SpeechWorkload(Workload):
             return PAPER_NUM_CLASSES
         return len({c.label for c in index.clips})
 
-    def build_model(self):
+    def build_model(self, device: str = "cpu"):
         num_classes = self.num_classes or self._classes_without_loading()
         return build_kwt(num_classes)
 

@@ -128,7 +128,7 @@ class SyntheticWorkload(Workload):
             return super().site_data(data_dir, num_sites, seed)
         return GeneratedSites(self.load(data_dir, seed).train, num_sites, seed)
 
-    def build_model(self):
+    def build_model(self, device: str = "cpu"):
         from torch import nn
 
         return nn.Sequential(nn.Linear(NUM_FEATURES, 64), nn.ReLU(), nn.Linear(64, NUM_CLASSES))
