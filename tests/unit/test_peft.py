@@ -17,7 +17,6 @@ pytest.importorskip("transformers", reason="needs the llm extra: pip install -e 
 pytest.importorskip("peft", reason="needs the llm extra: pip install -e '.[llm]'")
 
 import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
 
 from powertrip.core.fedavg import apply_delta, weighted_average  # noqa: E402
 from powertrip.core.peft import NF4_BLOCK, NF4_LEVELS, nf4_round  # noqa: E402
@@ -26,23 +25,11 @@ from powertrip.core.workloads import get_workload  # noqa: E402
 from powertrip.core.workloads.shakespeare_lm import (  # noqa: E402
     MODEL_SHAPE,
     ShakespeareLMWorkload,
-    build_decoder,
     play_of,
 )
 from powertrip.core.workloads.shakespeare_text import NUM_LETTERS  # noqa: E402
 
 HIDDEN, LAYERS = MODEL_SHAPE["hidden_size"], MODEL_SHAPE["num_hidden_layers"]
-
-
-@pytest.fixture(scope="module")
-def base_file(tmp_path_factory):
-    """A base like `powertrip data pretrain` writes (untrained here: the mechanics only)."""
-    torch.manual_seed(3)
-    state = {k: v.contiguous() for k, v in build_decoder().state_dict().items()}
-    state.pop("lm.lm_head.weight")
-    path = tmp_path_factory.mktemp("base") / "base.safetensors"
-    save_file(state, str(path))
-    return path
 
 
 def _model(base_file, spec: str):

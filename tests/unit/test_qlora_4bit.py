@@ -18,7 +18,6 @@ pytest.importorskip("transformers", reason="needs the llm extra: pip install -e 
 pytest.importorskip("peft", reason="needs the llm extra: pip install -e '.[llm]'")
 
 import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
 
 from powertrip.core import peft as peft_module  # noqa: E402
 from powertrip.core.peft import nf4_round, qlora_form, quantize_base  # noqa: E402
@@ -26,7 +25,6 @@ from powertrip.core.training import train_local  # noqa: E402
 from powertrip.core.workloads.shakespeare_lm import (  # noqa: E402
     MODEL_SHAPE,
     ShakespeareLMWorkload,
-    build_decoder,
 )
 from powertrip.core.workloads.shakespeare_text import NUM_LETTERS  # noqa: E402
 
@@ -53,17 +51,6 @@ def test_without_bitsandbytes_cuda_falls_back_to_rounding_and_says_so(
         model = workload.build_model("cuda")  # built on the CPU; the caller would move it
     assert not _four_bit_layers(model)
     assert "powertrip[qlora]" in caplog.text and "without bitsandbytes" in caplog.text
-
-
-@pytest.fixture(scope="module")
-def base_file(tmp_path_factory):
-    """A base like `powertrip data pretrain` writes (untrained: the mechanics only)."""
-    torch.manual_seed(3)
-    state = {k: v.contiguous() for k, v in build_decoder().state_dict().items()}
-    state.pop("lm.lm_head.weight")
-    path = tmp_path_factory.mktemp("base") / "base.safetensors"
-    save_file(state, str(path))
-    return path
 
 
 def _four_bit_layers(model) -> dict:
