@@ -127,7 +127,7 @@ def _linear_4bit(linear: torch.nn.Linear, device: str):
     the weight's own dtype; no double quantization (module docstring)."""
     try:
         import bitsandbytes as bnb
-    except ImportError as exc:  # pragma: no cover - qlora_form checks first
+    except ImportError as exc:  # pragma: no cover - with_adapters asks have_bitsandbytes first
         raise ConfigError(f"peft=qlora in 4 bits needs bitsandbytes: {QLORA_EXTRA_HINT}") from exc
     dtype = linear.weight.dtype
     # Linear4bit initialises a weight it is then given: on the meta device, so that it
