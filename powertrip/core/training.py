@@ -151,10 +151,11 @@ def evaluate(
     model.eval()
     correct, loss_sum = 0, 0.0
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
+    device = next(model.parameters()).device  # the samples follow the model (CPU or CUDA)
     with torch.inference_mode():
         for start in range(0, len(y), batch_size):
-            inputs = workload.inputs(x[start : start + batch_size])
-            targets = workload.targets(y[start : start + batch_size])
+            inputs = workload.inputs(x[start : start + batch_size]).to(device)
+            targets = workload.targets(y[start : start + batch_size]).to(device)
             logits = torch.cat(
                 [
                     model(inputs[row : row + EVAL_FORWARD_ROWS])
