@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed: pip install -e '.[flower]'")
 
+from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
+
 from powertrip.app.flower import PowerTripStrategy, RoundLog, SiteProfile  # noqa: E402
 from powertrip.core.policies import ALIASES, REGISTRY, PolicyError  # noqa: E402
 from powertrip.core.policyparams import encode  # noqa: E402
@@ -170,3 +172,21 @@ def test_the_simulated_clock_charges_the_straggler_of_the_time_model():
     )
     charged = max(strategy.site_times_s(ctx, decision.order))
     assert math.isclose(charged, expected, rel_tol=1e-12)
+
+
+def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing():
+    """No node answered the profile query in time (a loaded machine): configure_train sends
+    no message, and Flower's aggregate_train for that round must not fail on the missing
+    round log (it did: IndexError), nor log a round."""
+
+    class NoNodes:
+        def get_node_ids(self):
+            return []
+
+        def send_and_receive(self, messages, timeout=None):
+            return []
+
+    strategy = PowerTripStrategy("powertrip", tau_s=TAU_S, update_size_bytes=M)
+    assert list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), NoNodes())) == []
+    assert strategy.aggregate_train(1, []) == (None, None)
+    assert strategy.rounds == []

@@ -215,7 +215,8 @@ class PowerTripStrategy(FedAvg):
     ) -> Iterable[Message]:
         by_node = self.profiles(grid)
         if not by_node:
-            log(INFO, "PowerTrip: no node reported a profile; no training this round")
+            log(INFO, "PowerTrip: no node reported a profile within %.0f s; no training in "
+                "round %d", self.profile_timeout_s, server_round)  # fmt: skip
             return []
         nodes = sorted(by_node, key=lambda n: by_node[n].site_id)
         profiles = [by_node[n] for n in nodes]
@@ -254,7 +255,11 @@ class PowerTripStrategy(FedAvg):
         replies = list(replies)
         elapsed = time.monotonic() - self._round_started
         arrays, metrics = super().aggregate_train(server_round, replies)
-        last = self.rounds[-1]
+        last = self.rounds[-1] if self.rounds else None
+        if last is None or last.round != server_round:
+            # configure_train sent nothing this round (no node reported a profile in time):
+            # Flower still asks for an aggregate; there is none, and no round to log
+            return arrays, metrics
         site_of = dict(zip(last.node_ids, last.site_ids, strict=True))
         own_time = dict(zip(last.site_ids, last.site_time_s, strict=True))
         for reply in replies:
