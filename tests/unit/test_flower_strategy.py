@@ -189,4 +189,12 @@ def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing():
     strategy = PowerTripStrategy("powertrip", tau_s=TAU_S, update_size_bytes=M)
     assert list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), NoNodes())) == []
     assert strategy.aggregate_train(1, []) == (None, None)
+    assert strategy.aggregate_evaluate(1, []) is None
     assert strategy.rounds == []
+    # and a round that trained nothing leaves the round before it as it was
+    strategy.rounds.append(
+        RoundLog(round=1, site_ids=["s"], node_ids=[7], predicted_round_time_s=1.0, explanation={})
+    )
+    assert list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), NoNodes())) == []
+    assert strategy.aggregate_train(2, []) == (None, None)
+    assert strategy._round_log(2) is None and strategy._round_log(1) is strategy.rounds[0]

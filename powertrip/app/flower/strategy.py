@@ -255,8 +255,8 @@ class PowerTripStrategy(FedAvg):
         replies = list(replies)
         elapsed = time.monotonic() - self._round_started
         arrays, metrics = super().aggregate_train(server_round, replies)
-        last = self.rounds[-1] if self.rounds else None
-        if last is None or last.round != server_round:
+        last = self._round_log(server_round)
+        if last is None:
             # configure_train sent nothing this round (no node reported a profile in time):
             # Flower still asks for an aggregate; there is none, and no round to log
             return arrays, metrics
@@ -284,10 +284,17 @@ class PowerTripStrategy(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         metrics = super().aggregate_evaluate(server_round, replies)
-        if metrics is not None and self.accuracy_key in metrics and self.rounds:
-            if math.isnan(self.rounds[-1].accuracy):  # a centralized evaluation wins
-                self.rounds[-1].accuracy = float(metrics[self.accuracy_key])
+        logged = self._round_log(server_round)
+        if metrics is not None and self.accuracy_key in metrics and logged is not None:
+            if math.isnan(logged.accuracy):  # a centralized evaluation wins
+                logged.accuracy = float(metrics[self.accuracy_key])
         return metrics
+
+    def _round_log(self, server_round: int) -> RoundLog | None:
+        """This round's log; None when the round trained nothing (no node reported a
+        profile in time), so its evaluation is not written into an earlier round's."""
+        last = self.rounds[-1] if self.rounds else None
+        return last if last is not None and last.round == server_round else None
 
     def start(self, grid, initial_arrays, num_rounds=3, timeout=3600, train_config=None,
               evaluate_config=None, evaluate_fn=None):  # fmt: skip
@@ -295,8 +302,9 @@ class PowerTripStrategy(FedAvg):
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
             metrics = evaluate_fn(server_round, arrays)
-            if metrics is not None and self.accuracy_key in metrics and server_round > 0:
-                self.rounds[-1].accuracy = float(metrics[self.accuracy_key])
+            logged = self._round_log(server_round)
+            if metrics is not None and self.accuracy_key in metrics and logged is not None:
+                logged.accuracy = float(metrics[self.accuracy_key])
             return metrics
 
         return super().start(
