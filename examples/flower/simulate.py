@@ -48,10 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--local-steps", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/flower"))
+    parser.add_argument(
+        "--profile-timeout-s", type=float, default=300.0,
+        help="seconds the strategy waits each round for the nodes' profiles (default 300: "
+        "a simulation's nodes are this machine's processes, so a slow answer means a busy "
+        "machine, or Ray still starting them, not a lost node)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     settings = Settings(
         num_server_rounds=args.rounds, policy=args.policy,
         policy_params=args.params, seed=args.seed, local_steps=args.local_steps,
+        profile_timeout_s=args.profile_timeout_s,
     )  # fmt: skip
     kept: dict = {}
     server = server_app.build(

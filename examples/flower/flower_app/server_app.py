@@ -31,6 +31,7 @@ def run(grid: Grid, settings: Settings, out: Path | None = None) -> PowerTripStr
         settings.policy, settings.params, tau_s=defaults.tau_s,
         update_size_bytes=defaults.update_size_bytes, seed=settings.seed, clock=settings.clock,
         target_accuracy=defaults.target_accuracy, fraction_evaluate=0.0,
+        profile_timeout_s=settings.profile_timeout_s,
     )  # fmt: skip
     strategy.start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()),

@@ -30,6 +30,9 @@ class Settings:
     workload: str = "femnist"
     local_steps: int = 10
     clock: str = "simulated"
+    #: how long the strategy waits each round for the nodes' profiles; a node that has not
+    #: answered by then sits the round out (PowerTripStrategy.profiles)
+    profile_timeout_s: float = 60.0
 
     @classmethod
     def from_run_config(cls, run_config) -> Settings:
