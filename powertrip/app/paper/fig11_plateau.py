@@ -90,9 +90,6 @@ def simulate(
 
     if not 1 <= k <= settings.num_sites:
         raise ValueError(f"k must be in 1..{settings.num_sites}, got {k}")
-    if device.startswith("cuda"):  # float32 as on a CPU: no TF32 matmuls or convolutions
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
     workload = get_workload(settings.workload)
     sites = workload.site_data(data_dir, settings.num_sites, seed)
     test = workload.load(data_dir, seed).test
@@ -215,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.k is None or args.out is None:
         parser.error("--k and --out are needed to run (or --report DIR to plot)")
     out_csv = args.out / f"k{args.k}-{args.sampling}-seed{args.seed}.csv"
+    if args.device.startswith("cuda"):
+        # float32 as on a CPU: no TF32 matmuls or convolutions. Set here, for this process,
+        # not in simulate(), so that a library call leaves torch's global settings alone
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     try:
         simulate(
             args.k,
