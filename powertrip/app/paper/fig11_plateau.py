@@ -107,7 +107,8 @@ def simulate(
         for round_no in range(1, rounds + 1):
             chosen = chosen_sites(k, settings.num_sites, round_no, seed, sampling)
             jobs = [SiteJob(*sites.site(i), seed=int(site_seed(seed, round_no, i))) for i in chosen]
-            model.load_state_dict({n: torch.from_numpy(v) for n, v in weights.items()})
+            # the model holds `weights` (built from them, or loaded after the last round), and
+            # both trainers give it back unchanged
             results = train_sites(
                 workload,
                 model,
