@@ -402,6 +402,47 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
         assert "nothing (same settings as uniform)" in html  # the made-up runs flip nothing
 
 
+def test_links_fig5_reads_its_own_sweep_to_30_percent_and_the_clock_row_uses_its_k_star(
+    tmp_path,
+):
+    """links-fig5's sweep stops at 30 % of the sites: its seeds are complete without the
+    larger k, a run past 30 % is not its k*, and links-fig5-clock compares with that k*."""
+    from powertrip.app.paper.render import load_figure, render_all
+    from tests.unit.test_reproduce import made_up_sweep, write_run
+
+    seeds = [0, 1]
+    made_up_sweep(tmp_path, "uniform", seeds, {2: 1.5, 3: 1.4, 5: 1.2, 10: 1.3})
+    # k = 5 would win, but it is past 30 % of 10 sites: k* is 3
+    made_up_sweep(tmp_path, "links-fig5", seeds, {2: 1.5, 3: 1.4, 5: 0.2})
+    for variant, arms in {
+        "uniform": ["powertrip"],
+        "links-fig5": ["powertrip"],
+        "links-fig5-clock": ["powertrip", "static-k3"],
+    }.items():
+        for seed in seeds:
+            for arm in arms:
+                write_run(
+                    tmp_path / "runs" / variant / f"seed{seed}" / arm,
+                    arm,
+                    1.0 if arm == "powertrip" else None,
+                    [(0.5, 0.3, 2), (1.0, 0.46, 6), (1.5, 0.5, 8)],
+                    {"max_sim_hours": 2.0},
+                )
+    meta = {"seeds": seeds, "sweep_k": [2, 3, 5, 10], "base_config": {"num_sites": 10}}
+    data = load_figure(tmp_path, "ablation", meta)
+    links = data["links-fig5"]
+    assert links.grid == [2, 3] and links.seeds == seeds and links.kstar == 3
+    assert data["links-fig5-clock"].arm("static-k@links-fig5*") == "static-k3"
+    assert data["uniform"].kstar == 5  # the uniform sweep keeps its whole grid
+    render_all(tmp_path, ["ablation"], meta)
+    rows = {r["claim"]: r for r in C.read_claims_csv(tmp_path / "ablation" / "claims.csv")}
+    own = rows["links-fig5: PowerTrip is faster than static k* (k = 3 from its own sweep)"]
+    clock = rows[
+        "links-fig5-clock: PowerTrip is faster than static k* (k = 3 from the links-fig5 sweep)"
+    ]
+    assert own["holds"] != "n/a" and clock["holds"] != "n/a"
+
+
 def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
     """Fig. 13's later arms (Fig. 9's baselines at 1 and 2 GB) hold back none of the other
     claims: one finished in every complete seed is compared, one finished in some seeds

@@ -266,10 +266,10 @@ def test_refinement_waits_for_every_seed_then_runs_the_midpoints_resumably(tmp_p
     grid = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]
     hours = {k: 1.0 + abs(k - 20) / 100 for k in grid}  # valley at 20
     made_up_sweep(tmp_path, "uniform", [0], hours)
-    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid)
+    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)
     assert runs == [] and found == {}  # seed 1's grid has not finished
     made_up_sweep(tmp_path, "uniform", [1], hours)
-    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid)
+    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)
     assert found == {"uniform": [17, 25]}
     assert [(r.seed, r.arm.name) for r in runs] == [
         (0, "static-k17"),
@@ -279,8 +279,8 @@ def test_refinement_waits_for_every_seed_then_runs_the_midpoints_resumably(tmp_p
     ]
     # a refined k that turns out faster does not trigger a second pass: decided on the grid
     made_up_sweep(tmp_path, "uniform", [0, 1], {17: 0.5, 25: 0.6})
-    assert R.refine_runs(tmp_path, ["8"], [0, 1], grid)[1] == {"uniform": [17, 25]}
-    assert R.refine_runs(tmp_path, ["11"], [0, 1], grid) == ([], {})  # no sweep in Fig. 11
+    assert R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)[1] == {"uniform": [17, 25]}
+    assert R.refine_runs(tmp_path, ["11"], [0, 1], grid, 100) == ([], {})  # no sweep in Fig. 11
 
 
 # ---- ablation ----------------------------------------------------------------------------
@@ -291,8 +291,10 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     for r in runs:
         by_variant.setdefault(r.variant, []).append(r.arm.name)
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
-    # the link model changes the ranking, so its k* comes from a sweep of its own
-    assert by_variant["links-fig5"] == ["powertrip", "static-k2", "static-k5"]
+    # the link model changes the ranking, so its k* comes from a sweep of its own, which
+    # stops at 30 % of the sites (3 of 10 here)
+    assert by_variant["links-fig5"] == ["powertrip", "static-k2"]
+    assert by_variant["links-fig5-clock"] == ["powertrip"]  # waits for links-fig5's k*
     for name in (
         "rule-feedback",
         "gain-separable",
@@ -304,12 +306,14 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
         "clock-estimator",
     ):
         assert by_variant[name] == ["powertrip"]  # static k* waits for the uniform sweep
-    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid)
-    assert deferred == [] and chosen == {"static-k@uniform*": None}
+    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid, 10)
+    assert deferred == [] and chosen == {"static-k@uniform*": None, "static-k@links-fig5*": None}
     made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
-    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid)
-    assert chosen == {"static-k@uniform*": 5}
-    assert {(r.variant, r.arm.name) for r in deferred} == {
+    # k = 5 is past links-fig5's sweep, so a run of it there does not count
+    made_up_sweep(tmp_path, "links-fig5", [0], {2: 1.5, 5: 1.2})
+    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid, 10)
+    assert chosen == {"static-k@uniform*": 5, "static-k@links-fig5*": 2}
+    assert {(r.variant, r.arm.name) for r in deferred} == {("links-fig5-clock", "static-k2")} | {
         (v, "static-k5")
         for v in (
             "rule-feedback",
@@ -336,7 +340,7 @@ def test_fig13_sizes_run_static_k_star_of_the_1_5_gb_sweep(tmp_path):
     for name in ("size-1gb", "size-2gb"):
         assert by_variant[name] == ["powertrip", *rest]
     made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
-    deferred, chosen = R.deferred_runs(tmp_path, ["13"], [0], grid)
+    deferred, chosen = R.deferred_runs(tmp_path, ["13"], [0], grid, 10)
     assert chosen == {"static-k@uniform*": 5}
     assert {(r.variant, r.arm.name) for r in deferred} == {
         ("size-1gb", "static-k5"),

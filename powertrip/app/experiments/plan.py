@@ -24,6 +24,7 @@ from powertrip.app.experiments.suite import (
     deferred_source,
     expand_arms,
     static_arm,
+    variant_ks,
 )
 from powertrip.app.paper import FIGURES, SUITES, VARIANTS, canonical
 from powertrip.core import runfiles
@@ -58,9 +59,10 @@ def plan(
     for figure in figures:
         suite = SUITES[canonical(figure)]
         for variant in suite.variants:
+            grid = variant_ks(VARIANTS[variant], ks, num_sites)
             for seed in seeds:
                 group = specs.setdefault((variant, seed), [])
-                for arm in expand_arms(suite.arms_of(variant), num_sites, ks, variant):
+                for arm in expand_arms(suite.arms_of(variant), num_sites, grid, variant):
                     if arm not in group:
                         group.append(arm)
     runs = []
@@ -84,7 +86,7 @@ def swept_variants(figures: Sequence[str]) -> list[str]:
 
 
 def refine_runs(
-    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int]
+    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int], num_sites: int
 ) -> tuple[list[RunSpec], dict[str, list[int]]]:
     """Phase 2: the midpoints beside each swept set-up's grid k*, for every seed (none
     until the grid finished in every seed)."""
@@ -92,7 +94,8 @@ def refine_runs(
 
     runs, found = [], {}
     for variant in swept_variants(figures):
-        extra = grid_refinement(out, variant, seeds, ks)
+        grid = variant_ks(VARIANTS[variant], ks, num_sites)
+        extra = grid_refinement(out, variant, seeds, grid)
         if extra:
             found[variant] = extra
             runs.extend(RunSpec(variant, s, static_arm(k)) for s in seeds for k in extra)
@@ -100,7 +103,7 @@ def refine_runs(
 
 
 def deferred_runs(
-    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int]
+    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int], num_sites: int
 ) -> tuple[list[RunSpec], dict[str, int | None]]:
     """Phase 3: 'static-k@V*' arms as static k = V's k* (grid and refinement); an arm
     whose V has no k* yet is reported and left for a later invocation."""
@@ -115,7 +118,8 @@ def deferred_runs(
                 if not source or source == variant:
                     continue
                 if spec not in resolved:
-                    resolved[spec] = source_kstar(out, source, seeds, ks)
+                    grid = variant_ks(VARIANTS[source], ks, num_sites)
+                    resolved[spec] = source_kstar(out, source, seeds, grid)
                 k = resolved[spec]
                 if k is not None:
                     runs.extend(RunSpec(variant, s, static_arm(k)) for s in seeds)

@@ -252,13 +252,13 @@ def main(args: Any) -> int:
                 file=sys.stderr,
             )
         if not getattr(args, "no_refine", False):
-            refined, found = refine_runs(out, figures, seeds, ks)
+            refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
             refined = [r for r in refined if only is None or r.variant in only]
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
-        deferred, chosen = deferred_runs(out, figures, seeds, ks)
+        deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
         deferred = [r for r in deferred if only is None or r.variant in only]
         deferred = [r for r in deferred if r.variant not in unsupported]
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}

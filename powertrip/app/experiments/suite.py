@@ -54,6 +54,9 @@ class Variant:
     budget: bool = True
     #: policy -> extra policy_params for that policy's arms in this set-up only (ablation)
     arm_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: this set-up's static sweep stops at this fraction of the sites (1.0: the whole grid);
+    #: a cheaper sweep where every k past it adds straggler time and no accuracy per round
+    sweep_up_to: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,12 @@ def clamp_k(k: float, num_sites: int) -> int:
 def sweep_ks(num_sites: int, fractions: Sequence[float] = SWEEP_FRACTIONS) -> list[int]:
     """The static k values of the sweep for this many sites (distinct, increasing)."""
     return sorted({clamp_k(f * num_sites, num_sites) for f in fractions})
+
+
+def variant_ks(variant: Variant, ks: Sequence[int], num_sites: int) -> list[int]:
+    """The sweep grid this set-up runs: `ks` up to its `sweep_up_to` share of the sites."""
+    top = clamp_k(variant.sweep_up_to * num_sites, num_sites)
+    return [k for k in ks if k <= top]
 
 
 def static_arm(k: int) -> Arm:
@@ -198,4 +207,5 @@ __all__ = [
     "static_arm",
     "suite_arm_names",
     "sweep_ks",
+    "variant_ks",
 ]

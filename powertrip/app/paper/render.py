@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from powertrip.app.experiments.suite import Suite, deferred_source, suite_arm_names
+from powertrip.app.experiments.suite import Suite, deferred_source, suite_arm_names, variant_ks
 from powertrip.app.paper import MODULES, VARIANTS, module_of
 from powertrip.app.paper.common import accuracy_at_powertrip_time, fmt_accuracy_at
 from powertrip.app.paper.data import VariantData, load_variant, source_kstar
@@ -32,18 +32,20 @@ def load_figure(out: Path, key: str, meta: Mapping[str, Any]) -> dict[str, Varia
     data = {}
     kstars: dict[str, int | None] = {}
     for variant in suite.variants:
-        arms = suite_arm_names(suite, variant, num_sites, sweep)
+        grid = variant_ks(VARIANTS[variant], sweep, num_sites)
+        arms = suite_arm_names(suite, variant, num_sites, grid)
         aliases = {}
         for spec in arms:
             source = deferred_source(spec)
             if source:
                 if source not in kstars:
-                    kstars[source] = source_kstar(out, source, seeds, sweep)
+                    source_grid = variant_ks(VARIANTS[source], sweep, num_sites)
+                    kstars[source] = source_kstar(out, source, seeds, source_grid)
                 k = kstars[source]
                 aliases[spec] = f"static-k{k}" if k is not None else ""
         label = VARIANTS[variant].label
         optional = getattr(module, "OPTIONAL_ARMS", ())
-        data[variant] = load_variant(out, variant, label, arms, seeds, sweep, aliases, optional)
+        data[variant] = load_variant(out, variant, label, arms, seeds, grid, aliases, optional)
     return data
 
 
