@@ -345,10 +345,11 @@ def test_ablation_table_says_which_choice_flips_the_claim():
         "gain-separable": setup("gain-separable", 0.9, 1.0, {"gain": 1.0}),
     }
     rows = ablation_table(data, {"unsupported": {"gain-separable": "no gain parameter"}})[0].rows
-    assert rows[0][:2] == ["uniform", "reference"] and rows[0][4] == "yes"
-    assert rows[1][1] == "comm_directions 1 -> 2" and rows[1][4] == "no"
-    assert rows[1][5] == "2.0 ± 0.0 -> 7.0 ± 0.0"
-    assert rows[2][4] == "not run: no gain parameter"
+    assert rows[0][:2] == ["uniform", "reference"] and rows[0][5] == "yes"
+    assert rows[0][3] == "-"  # adaptive runs in links-fig5 only
+    assert rows[1][1] == "comm_directions 1 -> 2" and rows[1][5] == "no"
+    assert rows[1][6] == "2.0 ± 0.0 -> 7.0 ± 0.0"
+    assert rows[2][5] == "not run: no gain parameter"
 
 
 # ---- rendering from run directories ------------------------------------------------------
@@ -416,7 +417,7 @@ def test_links_fig5_reads_its_own_sweep_to_30_percent_and_the_clock_row_uses_its
     made_up_sweep(tmp_path, "links-fig5", seeds, {2: 1.5, 3: 1.4, 5: 0.2})
     for variant, arms in {
         "uniform": ["powertrip"],
-        "links-fig5": ["powertrip"],
+        "links-fig5": ["powertrip", "adaptive"],
         "links-fig5-clock": ["powertrip", "static-k3"],
     }.items():
         for seed in seeds:
@@ -440,7 +441,8 @@ def test_links_fig5_reads_its_own_sweep_to_30_percent_and_the_clock_row_uses_its
     clock = rows[
         "links-fig5-clock: PowerTrip is faster than static k* (k = 3 from the links-fig5 sweep)"
     ]
-    assert own["holds"] != "n/a" and clock["holds"] != "n/a"
+    online = rows["links-fig5: adaptive is faster than static k* (k = 3 from its own sweep)"]
+    assert own["holds"] != "n/a" and clock["holds"] != "n/a" and online["holds"] != "n/a"
 
 
 def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):

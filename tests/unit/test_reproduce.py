@@ -293,7 +293,7 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5"]
     # the link model changes the ranking, so its k* comes from a sweep of its own, which
     # stops at 30 % of the sites (3 of 10 here)
-    assert by_variant["links-fig5"] == ["powertrip", "static-k2"]
+    assert by_variant["links-fig5"] == ["powertrip", "adaptive", "static-k2"]
     assert by_variant["links-fig5-clock"] == ["powertrip"]  # waits for links-fig5's k*
     for name in (
         "rule-feedback",
