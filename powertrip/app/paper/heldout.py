@@ -4,7 +4,8 @@ the paper).
 The paper's static k* comes from an offline sweep; PowerTrip needs none. Judging PowerTrip
 against the k* of the very seeds it runs on hands the static baseline an oracle. Here k* is
 chosen on the training seeds `TRAIN_SEEDS` (each set-up's full sweep: uniform for Figs. 8-9,
-trace for Fig. 12) and the online policies (`powertrip`, `adaptive`) and static k* are run on
+trace for Fig. 12; 2 GB updates take uniform's, the k an operator tuned once at 1.5 GB, as
+Fig. 13 does) and the online policies (`powertrip`, `adaptive`) and static k* are run on
 `HELDOUT_SEEDS`, never used to choose anything. Each held-out seed's own best k (the oracle,
 over a small grid around k*) is reported too.
 
@@ -16,7 +17,8 @@ and is marked '>' wherever it enters.
     powertrip reproduce --figure heldout --only uniform --set seed=5 --seeds 5 \\
         --k 1,2,3,5,7 --no-refine --budget-factor 0 --out results/reproduce
 
-(`--only trace` and a grid around trace's k* for the trace set-up.) `load` keys the data
+(`--only trace` and a grid around trace's k* for the trace set-up; `--only size-2gb --k
+2,3,5` for 2 GB updates.) `load` keys the data
 '<set-up>/train' and '<set-up>/heldout'; a set-up without held-out runs is left out of the
 claims (not run yet).
 """
@@ -40,6 +42,7 @@ from powertrip.app.paper.data import (
     sample_of,
 )
 from powertrip.app.paper.fig12 import TRACE
+from powertrip.app.paper.fig13 import SIZE_2GB
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
@@ -48,8 +51,10 @@ from powertrip.app.report.html import Table
 TRAIN_SEEDS = (0, 1, 2, 3, 4)
 HELDOUT_SEEDS = (5, 6, 7, 8, 9)
 ONLINE = ("powertrip", "adaptive")
-#: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12)
-SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE)
+#: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12) or
+#: another's (2 GB: Fig. 13's k tuned at 1.5 GB; a sweep per size would cost 12 runs a seed)
+SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE, SIZE_2GB)
+KSTAR_FROM: Mapping[str, Variant] = {SIZE_2GB.name: UNIFORM}
 #: beyond the paper, off by default: an option of an online policy judged as an arm of its
 #: own (`adaptive` with shrink_in_fit=1, see its docstring). Its runs differ in the policy's
 #: parameters, so they are a set-up of their own, '<set-up>-adaptive-infit', run on seeds
@@ -67,7 +72,7 @@ def option_variant(setup: Variant) -> Variant:
     )
 
 
-OPTION_VARIANTS: tuple[Variant, ...] = tuple(option_variant(s) for s in SETUPS)
+OPTION_VARIANTS: tuple[Variant, ...] = tuple(option_variant(s) for s in (UNIFORM, TRACE))
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
 BOOTSTRAP_RESAMPLES = 10_000
@@ -100,9 +105,11 @@ def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
 
 
 def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantData, VariantData]:
-    """(train, heldout) of one set-up: k* from the training seeds' sweep, the held-out runs."""
+    """(train, heldout) of one set-up: k* from the training seeds' sweep (its own, or the
+    one `KSTAR_FROM` names), the held-out runs."""
+    source = KSTAR_FROM.get(setup.name, setup)
     train = load_variant(
-        out, setup.name, setup.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
+        out, source.name, source.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
     )
     ks = sorted(
         {
@@ -250,6 +257,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
                         verdict(mean, low, high, marks),
                         len(seeds),
                         why=f"held-out seeds {seeds}; k* from train seeds {train.seeds}"
+                        + (f" of {train.name}" if train.name != v.name else "")
                         + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
                     )
                 )
@@ -263,7 +271,9 @@ def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
         tables.append(_times_table(v, arms, v.all_seeds, "held-out seed", with_oracle=True))
         tables[-1].caption = (
             f"{v.label}: k* = {train.kstar} chosen on seeds {train.seeds} over the grid "
-            f"{train.sweep}; held-out grid {v.sweep}; '>' a run cut off before the target"
+            f"{train.sweep}"
+            + (f" of {train.name}" if train.name != v.name else "")
+            + f"; held-out grid {v.sweep}; '>' a run cut off before the target"
         )
         if OPTION_ARM in train.runs:  # the option judged on the seeds k* was chosen on
             train_arms = [a for a in (*ONLINE, OPTION_ARM) if a in train.runs]
