@@ -2,9 +2,11 @@
 
 Each variant flips one choice relative to the uniform (Fig. 9) set-up and runs PowerTrip
 against static k = the k* of the uniform sweep ('static-k@uniform*', resolved once that
-sweep has finished: a sweep per variant would cost 12 runs per seed each). The table says
-per variant whether PowerTrip is still faster and how its k moves from the first round to
-the last; the uniform row is the reference."""
+sweep has finished: a sweep per variant would cost 12 runs per seed each). Fig. 5's links
+move k*, so `links-fig5` sweeps k itself (to 30 % of the sites) and also runs `adaptive`,
+and `links-fig5-clock` is judged against that sweep's k*. The table says per variant
+whether PowerTrip is still faster and how its k moves from the first round to the last;
+the uniform row is the reference."""
 
 from __future__ import annotations
 
