@@ -420,3 +420,13 @@ def test_a_narrower_command_keeps_the_record_of_a_wider_one():
     assert merged["refined"] == {"uniform": [4, 6]}  # the newer command's refinement
     assert merged["base_config"] == narrow["base_config"]
     assert R.merged_record({}, narrow)["figures"] == ["8"]
+
+
+def test_a_narrower_command_records_only_the_k_star_of_its_own_set_ups():
+    """--only links-fig5-clock resolves static-k@uniform* on its own seeds too; the record
+    keeps only the spec its set-ups use (the uniform k* stays the wider command's)."""
+    from powertrip.app.experiments.reproduce import _specs_of
+
+    assert _specs_of(["ablation"], {"links-fig5-clock"}) == {"powertrip", "static-k@links-fig5*"}
+    every = _specs_of(["ablation"], None)
+    assert {"static-k@uniform*", "static-k@links-fig5*", "sweep"} <= every

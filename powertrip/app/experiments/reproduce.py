@@ -127,6 +127,19 @@ def check_sizes(
         check_sites(config)
 
 
+def _specs_of(figures: Sequence[str], only: set[str] | None) -> set[str]:
+    """The arm specs of the set-ups a command runs (all of its figures' without --only):
+    a narrower command records only the k* it resolved for them, not another set-up's k*
+    from fewer seeds."""
+    return {
+        spec
+        for figure in figures
+        for variant in SUITES[figure].variants
+        if only is None or variant in only
+        for spec in SUITES[figure].arms_of(variant)
+    }
+
+
 def _only(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
     """--only: the set-ups to run (None: all the figures need); a name no planned run has
     is refused with the ones it could be."""
@@ -254,6 +267,7 @@ def main(args: Any) -> int:
         if not getattr(args, "no_refine", False):
             refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
             refined = [r for r in refined if only is None or r.variant in only]
+            found = {v: ks for v, ks in found.items() if only is None or v in only}
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
@@ -261,6 +275,7 @@ def main(args: Any) -> int:
         deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
         deferred = [r for r in deferred if only is None or r.variant in only]
         deferred = [r for r in deferred if r.variant not in unsupported]
+        chosen = {spec: k for spec, k in chosen.items() if spec in _specs_of(figures, only)}
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}
         for spec, k in chosen.items():
             print(f"reproduce: {spec} -> " + (f"static-k{k}" if k else "no k* yet (not run)"))
