@@ -199,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         site_certs=args.site_certs, revocations=revocations,
     )  # fmt: skip
     stop = threading.Event()
-    loop_over = threading.Event()
+    loop_started, loop_over = threading.Event(), threading.Event()
 
     def start_loop(_running) -> None:
+        loop_started.set()
+
         def body() -> None:
             loop.execute()
             loop_over.set()
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_event=stop,
         max_workers=max(8, args.max_threads),
     )
-    if not loop_over.is_set():
+    if loop_started.is_set() and not loop_over.is_set():
         abandon_round_loop(code)
     if code == 0 and loop.result.stopped_reason == "failed":
         return 3
