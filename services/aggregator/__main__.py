@@ -36,6 +36,7 @@ from powertrip.rpc.service import (
     add_log_context,
     base_parser,
     channel_credentials,
+    exit_now,
     serve,
     serve_options,
     setup_process,
@@ -244,10 +245,7 @@ def abandon_round_loop(code: int) -> None:
         "stopping mid-run: the round in progress is abandoned; --resume continues from the "
         "last checkpoint"
     )
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 def who_may_join(

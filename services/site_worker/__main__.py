@@ -24,6 +24,7 @@ from powertrip.rpc.service import (
     ServiceSpec,
     base_parser,
     channel_credentials,
+    exit_now,
     serve,
     serve_options,
     setup_process,
@@ -328,10 +329,7 @@ def run(args: argparse.Namespace, prepared: Prepared) -> int:
         # a site's training is still under way (torch does not stop mid-step): leave without
         # it, as interpreter exit would otherwise wait for the training threads
         log.warning("stopping with a site's training unfinished (abandoned)")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)
     return code
 
 
