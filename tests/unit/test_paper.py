@@ -353,10 +353,38 @@ def test_ablation_table_says_which_choice_flips_the_claim():
 
 
 # ---- rendering from run directories ------------------------------------------------------
+#: three rounds that reach 45 % at 0.9 h (the other arms are cut off at 1.35 h)
+ROUNDS_TO_0_9_H = [(0.5, 0.3, 2), (0.9, 0.46, 6), (1.3, 0.5, 8)]
+
+
+def write_arms(
+    out: Path,
+    runs: dict[str, list[str]],
+    seeds: list[int],
+    rounds=tuple(ROUNDS_TO_0_9_H),
+    max_sim_hours: float = 1.35,
+) -> None:
+    """Made-up finished runs, set-up -> arms, in every seed: PowerTrip reaches the target at
+    the rounds' second time, every other arm is cut off."""
+    from tests.unit.test_reproduce import write_run
+
+    reached = rounds[1][0]
+    for variant, arms in runs.items():
+        for seed in seeds:
+            for arm in arms:
+                write_run(
+                    out / "runs" / variant / f"seed{seed}" / arm,
+                    arm,
+                    reached if arm == "powertrip" else None,
+                    list(rounds),
+                    {"max_sim_hours": max_sim_hours},
+                )
+
+
 @pytest.mark.parametrize("figure", ["9", "13", "ablation"])
 def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     from powertrip.app.paper.render import render_all
-    from tests.unit.test_reproduce import made_up_sweep, write_run
+    from tests.unit.test_reproduce import made_up_sweep
 
     out = tmp_path
     seeds = [0, 1]
@@ -373,16 +401,7 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
         "13": ["size-1gb", "size-2gb"],
     }.get(figure, [])
     elsewhere = ["powertrip", "static-k5"] + (["centralized-25"] if figure == "13" else [])
-    for variant in ["uniform", *others]:
-        for seed in seeds:
-            for arm in arms if variant == "uniform" else elsewhere:
-                write_run(
-                    out / "runs" / variant / f"seed{seed}" / arm,
-                    arm,
-                    0.9 if arm == "powertrip" else None,
-                    [(0.5, 0.3, 2), (0.9, 0.46, 6), (1.3, 0.5, 8)],
-                    {"max_sim_hours": 1.35},
-                )
+    write_arms(out, {"uniform": arms, **{v: elsewhere for v in others}}, seeds)
     meta = {"seeds": seeds, "sweep_k": [2, 5], "base_config": {"num_sites": 10}, "cores": 2}
     reports = render_all(out, [figure], meta)
     folder = figure if figure == "ablation" else f"fig{figure}"
@@ -409,26 +428,18 @@ def test_links_fig5_reads_its_own_sweep_to_30_percent_and_the_clock_row_uses_its
     """links-fig5's sweep stops at 30 % of the sites: its seeds are complete without the
     larger k, a run past 30 % is not its k*, and links-fig5-clock compares with that k*."""
     from powertrip.app.paper.render import load_figure, render_all
-    from tests.unit.test_reproduce import made_up_sweep, write_run
+    from tests.unit.test_reproduce import made_up_sweep
 
     seeds = [0, 1]
     made_up_sweep(tmp_path, "uniform", seeds, {2: 1.5, 3: 1.4, 5: 1.2, 10: 1.3})
     # k = 5 would win, but it is past 30 % of 10 sites: k* is 3
     made_up_sweep(tmp_path, "links-fig5", seeds, {2: 1.5, 3: 1.4, 5: 0.2})
-    for variant, arms in {
+    runs = {
         "uniform": ["powertrip"],
         "links-fig5": ["powertrip", "adaptive"],
         "links-fig5-clock": ["powertrip", "static-k3"],
-    }.items():
-        for seed in seeds:
-            for arm in arms:
-                write_run(
-                    tmp_path / "runs" / variant / f"seed{seed}" / arm,
-                    arm,
-                    1.0 if arm == "powertrip" else None,
-                    [(0.5, 0.3, 2), (1.0, 0.46, 6), (1.5, 0.5, 8)],
-                    {"max_sim_hours": 2.0},
-                )
+    }
+    write_arms(tmp_path, runs, seeds, [(0.5, 0.3, 2), (1.0, 0.46, 6), (1.5, 0.5, 8)], 2.0)
     meta = {"seeds": seeds, "sweep_k": [2, 3, 5, 10], "base_config": {"num_sites": 10}}
     data = load_figure(tmp_path, "ablation", meta)
     links = data["links-fig5"]
@@ -460,16 +471,7 @@ def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
         "size-1gb": ["powertrip", "static-k5", "centralized-25", "highest-power"],
         "size-2gb": ["powertrip", "static-k5", "centralized-25"],
     }
-    for variant, arms in runs.items():
-        for seed in seeds:
-            for arm in arms:
-                write_run(
-                    tmp_path / "runs" / variant / f"seed{seed}" / arm,
-                    arm,
-                    0.9 if arm == "powertrip" else None,
-                    [(0.5, 0.3, 2), (0.9, 0.46, 6), (1.3, 0.5, 8)],
-                    {"max_sim_hours": 1.35},
-                )
+    write_arms(tmp_path, runs, seeds)
     write_run(tmp_path / "runs/size-1gb/seed0/random", "random", 2.0, [(2.0, 0.5, 5)])
     meta = {"seeds": seeds, "sweep_k": [2, 5], "base_config": {"num_sites": 10}, "cores": 2}
     data = load_figure(tmp_path, "13", meta)

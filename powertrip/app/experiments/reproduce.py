@@ -275,7 +275,8 @@ def main(args: Any) -> int:
         deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
         deferred = [r for r in deferred if only is None or r.variant in only]
         deferred = [r for r in deferred if r.variant not in unsupported]
-        chosen = {spec: k for spec, k in chosen.items() if spec in _specs_of(figures, only)}
+        own_specs = _specs_of(figures, only)
+        chosen = {spec: k for spec, k in chosen.items() if spec in own_specs}
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}
         for spec, k in chosen.items():
             print(f"reproduce: {spec} -> " + (f"static-k{k}" if k else "no k* yet (not run)"))
