@@ -98,24 +98,23 @@ def test_each_setup_has_its_own_kstar_and_one_without_heldout_runs_is_left_out(t
     assert len(H.table(d, {})) == 2
 
 
-def test_2gb_updates_take_uniforms_kstar_and_have_no_sweep_of_their_own(tmp_path):
-    """Fig. 13's protocol: the k tuned once at 1.5 GB, judged on 2 GB held-out seeds; a
-    2 GB run at seeds 0-4 (Fig. 13's) does not choose it."""
+@pytest.mark.parametrize("size", ["size-1gb", "size-2gb"])
+def test_1gb_and_2gb_updates_take_uniforms_kstar_and_have_no_sweep_of_their_own(tmp_path, size):
+    """Fig. 13's protocol: the k tuned once at 1.5 GB, judged on 1 GB and 2 GB held-out
+    seeds; a run of that size at seeds 0-4 (Fig. 13's) does not choose it."""
     _world(tmp_path, {s: 0.9 for s in H.HELDOUT_SEEDS}, {})
-    made_up_sweep(tmp_path, "size-2gb", list(H.TRAIN_SEEDS), {2: 0.5})  # not a k* source
-    made_up_sweep(tmp_path, "size-2gb", list(H.HELDOUT_SEEDS), {2: 1.3, 3: 1.1, 5: 1.2})
+    made_up_sweep(tmp_path, size, list(H.TRAIN_SEEDS), {2: 0.5})  # not a k* source
+    made_up_sweep(tmp_path, size, list(H.HELDOUT_SEEDS), {2: 1.3, 3: 1.1, 5: 1.2})
     for seed in H.HELDOUT_SEEDS:
-        write_run(
-            R.run_path(tmp_path, "size-2gb", seed, "adaptive"), "adaptive", 1.0, [(1.0, 0.5, 4)]
-        )
+        write_run(R.run_path(tmp_path, size, seed, "adaptive"), "adaptive", 1.0, [(1.0, 0.5, 4)])
     d = H.load(tmp_path, {"sweep_k": GRID})
-    big = d["size-2gb/heldout"]
-    assert d["size-2gb/train"].name == "uniform" and big.kstar == 3
-    assert big.seeds == list(H.HELDOUT_SEEDS)
+    held = d[f"{size}/heldout"]
+    assert d[f"{size}/train"].name == "uniform" and held.kstar == 3
+    assert held.seeds == list(H.HELDOUT_SEEDS)
     rows = {r.claim: r for r in H.claims(d, {})}
-    row = rows["size-2gb: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
+    row = rows[f"{size}: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
     assert row.holds == "faster" and "of uniform" in row.why
-    assert not any(v.name.startswith("size-2gb") for v in H.OPTION_VARIANTS)
+    assert not any(v.name.startswith(size) for v in H.OPTION_VARIANTS)
 
 
 def test_an_online_option_is_an_arm_of_its_own_on_training_and_heldout_seeds(tmp_path):

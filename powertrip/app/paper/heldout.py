@@ -4,8 +4,8 @@ the paper).
 The paper's static k* comes from an offline sweep; PowerTrip needs none. Judging PowerTrip
 against the k* of the very seeds it runs on hands the static baseline an oracle. Here k* is
 chosen on the training seeds `TRAIN_SEEDS` (each set-up's full sweep: uniform for Figs. 8-9,
-trace for Fig. 12; 2 GB updates take uniform's, the k an operator tuned once at 1.5 GB, as
-Fig. 13 does) and the online policies (`powertrip`, `adaptive`) and static k* are run on
+trace for Fig. 12; 1 GB and 2 GB updates take uniform's, the k an operator tuned once at
+1.5 GB, as Fig. 13 does) and the online policies (`powertrip`, `adaptive`) and static k* are run on
 `HELDOUT_SEEDS`, never used to choose anything. Each held-out seed's own best k (the oracle,
 over a small grid around k*) is reported too.
 
@@ -17,8 +17,8 @@ and is marked '>' wherever it enters.
     powertrip reproduce --figure heldout --only uniform --set seed=5 --seeds 5 \\
         --k 1,2,3,5,7 --no-refine --budget-factor 0 --out results/reproduce
 
-(`--only trace` and a grid around trace's k* for the trace set-up; `--only size-2gb --k
-2,3,5` for 2 GB updates.) `load` keys the data
+(`--only trace` and a grid around trace's k* for the trace set-up; `--only size-1gb --k
+2,3,5` and `--only size-2gb --k 2,3,5` for 1 GB and 2 GB updates.) `load` keys the data
 '<set-up>/train' and '<set-up>/heldout'; a set-up without held-out runs is left out of the
 claims (not run yet).
 """
@@ -42,7 +42,7 @@ from powertrip.app.paper.data import (
     sample_of,
 )
 from powertrip.app.paper.fig12 import TRACE
-from powertrip.app.paper.fig13 import SIZE_2GB
+from powertrip.app.paper.fig13 import SIZE_1GB, SIZE_2GB
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
@@ -52,9 +52,10 @@ TRAIN_SEEDS = (0, 1, 2, 3, 4)
 HELDOUT_SEEDS = (5, 6, 7, 8, 9)
 ONLINE = ("powertrip", "adaptive")
 #: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12) or
-#: another's (2 GB: Fig. 13's k tuned at 1.5 GB; a sweep per size would cost 12 runs a seed)
-SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE, SIZE_2GB)
-KSTAR_FROM: Mapping[str, Variant] = {SIZE_2GB.name: UNIFORM}
+#: another's (1 GB and 2 GB: Fig. 13's k tuned at 1.5 GB; a sweep per size would cost 12 runs
+#: a seed)
+SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB)
+KSTAR_FROM: Mapping[str, Variant] = {SIZE_1GB.name: UNIFORM, SIZE_2GB.name: UNIFORM}
 #: beyond the paper, off by default: an option of an online policy judged as an arm of its
 #: own (`adaptive` with shrink_in_fit=1, see its docstring). Its runs differ in the policy's
 #: parameters, so they are a set-up of their own, '<set-up>-adaptive-infit', run on seeds
