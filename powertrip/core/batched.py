@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -55,11 +55,14 @@ def train_sites_vmap(
     steps: int,
     lr: float,
     batch_size: int,
+    delta_device: str | torch.device | None = "cpu",
 ) -> list[LocalResult]:
     """Train len(jobs) sites from the model's current weights in lock-step; one delta each.
 
     The model is left unchanged. Every site does `steps` steps on batches of `batch_size`,
-    so the per-site inputs stack into one (K, batch, ...) tensor per step.
+    so the per-site inputs stack into one (K, batch, ...) tensor per step. The deltas come
+    back on `delta_device` (None: the model's device). A site worker sends them, so the CPU;
+    a caller that averages them on a GPU saves K model-sized copies to the host a round.
     """
     from torch.func import functional_call, grad_and_value, vmap
 
@@ -92,13 +95,14 @@ def train_sites_vmap(
                 weights[n].add_(grads[n], alpha=-lr)  # torch.optim.SGD's update, per site
         losses += loss.detach().double()
     results = []
+    to = device if delta_device is None else torch.device(delta_device)
     for i, job in enumerate(jobs):
         delta = {}
         for key, value in model.state_dict().items():
             if key in weights:
-                delta[key] = (weights[key][i] - start[key]).cpu().contiguous()
+                delta[key] = (weights[key][i] - start[key]).to(to).contiguous()
             else:  # buffers are not trained: their delta is zero, as in the loop
-                delta[key] = torch.zeros_like(value, device="cpu")
+                delta[key] = torch.zeros_like(value, device=to)
         results.append(
             LocalResult(
                 delta=delta,
@@ -123,11 +127,13 @@ def train_sites(
     channels_last: bool = False,
     optimizer: str = "sgd",
     fused_sgd: bool = False,
+    delta_device: str | torch.device | None = "cpu",
 ) -> list[LocalResult]:
     """Train every job from the model's current weights: `trainer` "loop" (one site after
     another, `train_local`) or "vmap" (`site_batch` sites per call, loop where vmap can't:
     models without vmap rules, and optimisers other than SGD, which the vmap path hand-codes).
-    `channels_last` and `fused_sgd` apply to the loop (see `train_local`)."""
+    `channels_last` and `fused_sgd` apply to the loop (see `train_local`). The deltas come
+    back on `delta_device` (None: the model's device)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {list(TRAINERS)}, got {trainer!r}")
     if site_batch < 1:
@@ -139,7 +145,13 @@ def train_sites(
                 group = jobs[first : first + site_batch]
                 results.extend(
                     train_sites_vmap(
-                        workload, model, group, steps=steps, lr=lr, batch_size=batch_size
+                        workload,
+                        model,
+                        group,
+                        steps=steps,
+                        lr=lr,
+                        batch_size=batch_size,
+                        delta_device=delta_device,
                     )
                 )
             return results
@@ -152,20 +164,22 @@ def train_sites(
                 type(model).__qualname__,
                 str(exc).splitlines()[0][:200],
             )
+    to = next(model.parameters()).device if delta_device is None else torch.device(delta_device)
     for job in jobs:
-        results.append(
-            train_local(
-                workload,
-                model,
-                job.x,
-                job.y,
-                steps=steps,
-                lr=lr,
-                batch_size=batch_size,
-                seed=job.seed,
-                channels_last=channels_last,
-                optimizer=optimizer,
-                fused_sgd=fused_sgd,
-            )
+        result = train_local(
+            workload,
+            model,
+            job.x,
+            job.y,
+            steps=steps,
+            lr=lr,
+            batch_size=batch_size,
+            seed=job.seed,
+            channels_last=channels_last,
+            optimizer=optimizer,
+            fused_sgd=fused_sgd,
         )
+        if to.type != "cpu":  # train_local's delta is on the CPU
+            result = replace(result, delta={n: d.to(to) for n, d in result.delta.items()})
+        results.append(result)
     return results

@@ -172,6 +172,21 @@ def test_training_follows_the_model_device_and_returns_cpu_deltas(trainer, site_
     for result in results:
         assert all(v.device.type == "cpu" for v in result.delta.values())
         assert any(float(v.abs().max()) > 0 for v in result.delta.values())
+    # delta_device=None leaves them where the model is (the plateau runner averages there)
+    kept = train_sites(
+        workload,
+        model,
+        jobs,
+        steps=2,
+        lr=0.1,
+        batch_size=8,
+        trainer=trainer,
+        site_batch=2,
+        delta_device=None,
+    )
+    for result, cpu in zip(kept, results, strict=True):
+        assert all(v.device.type == device for v in result.delta.values())
+        assert all(torch.equal(v.cpu(), cpu.delta[n]) for n, v in result.delta.items())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here)")

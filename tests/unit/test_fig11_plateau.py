@@ -87,3 +87,29 @@ def test_the_report_plots_the_lead_over_k10_of_the_same_seed(tmp_path):
     assert (tmp_path / "plateau.png").stat().st_size > 10_000
     with pytest.raises(SystemExit):
         main(["--seed", "0"])  # neither --k nor --report
+
+
+def test_the_mean_on_the_models_device_is_fedavgs_to_the_bit():
+    """The runner averages where the model is (a GPU's float64 ops round as numpy's do), and
+    must give the aggregator's numbers: fedavg's weighted_average with equal weights, then
+    apply_delta."""
+    import numpy as np
+    import torch
+
+    from powertrip.app.paper.fig11_plateau import mean_delta_applied
+    from powertrip.core.fedavg import apply_delta, weighted_average
+
+    rng = np.random.default_rng(3)
+    weights = {"w": rng.standard_normal((40, 40)).astype(np.float32), "b": np.zeros(3, np.float32)}
+    deltas = [  # enough that a float32 mean differs from fedavg's float64 sum somewhere
+        {n: (rng.standard_normal(v.shape) * 1e-3).astype(np.float32) for n, v in weights.items()}
+        for _ in range(30)
+    ]
+    want = apply_delta(weights, weighted_average(deltas, [1.0] * len(deltas)))
+    got = mean_delta_applied(
+        {n: torch.from_numpy(v) for n, v in weights.items()},
+        [{n: torch.from_numpy(v) for n, v in d.items()} for d in deltas],
+    )
+    for name, value in want.items():
+        assert got[name].dtype == torch.float32
+        assert np.array_equal(got[name].numpy(), value), name
