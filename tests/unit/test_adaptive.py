@@ -11,7 +11,13 @@ import pytest
 
 from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
-from powertrip.core.policies.gainfit import failed_trials, fit_gain, growth_cap, last_growth
+from powertrip.core.policies.gainfit import (
+    block_slope_se,
+    failed_trials,
+    fit_gain,
+    growth_cap,
+    last_growth,
+)
 from powertrip.core.timemodel import prefix_round_time_estimates
 
 GB = 1e9
@@ -336,3 +342,44 @@ def test_explanations_are_strict_json_and_a_missing_accuracy_is_skipped():
     d = get_policy("adaptive").select(ctx(gentle_table(), history))
     assert d.explanation["fit"]["points"] == 3  # rounds 4 and 5 had no gain to fit
     json.dumps(d.explanation, allow_nan=False)
+
+
+# ---- block_se: evidence counted per run of rounds at one k --------------------------------
+
+
+def test_block_slope_se_counts_runs_of_equal_k_not_rounds():
+    sigma = 0.0275
+    two_blocks = block_slope_se(np.array([5.0, 5, 5, 7, 7]), 7, sigma)
+    assert two_blocks == pytest.approx(sigma / math.sqrt(2 * (math.log(7 / 5) / 2) ** 2))
+    # more rounds in the same two blocks are no more evidence; a third block is
+    assert block_slope_se(np.array([5.0] * 9 + [7] * 9), 7, sigma) == pytest.approx(two_blocks)
+    assert block_slope_se(np.array([5.0, 5, 7, 7, 5, 5]), 7, sigma) < two_blocks
+    assert block_slope_se(np.array([4.0, 4, 4]), 4, sigma) == math.inf
+    assert block_slope_se(np.array([5.0, 7]), 7, 0.0) == 0.0  # no noise: no floor
+
+
+#: held-out seed 6 of the uniform set-up, rounds 1-6 (results/reproduce/runs/uniform/seed6/
+#: adaptive/rounds.csv): a probe 5 -> 7 whose first round gained 5 points after a drop
+SEED6 = [(5, 0.043), (5, 0.051), (5, 0.0995), (5, 0.0665), (7, 0.1165), (7, 0.0925)]
+
+
+def test_block_se_does_not_grow_on_one_lucky_probe():
+    table = gentle_table()
+    history = [
+        PastRound(r, k, acc, clock_time(table, np.arange(k)))
+        for r, (k, acc) in enumerate(SEED6, start=1)
+    ]
+    plain = get_policy("adaptive").select(ctx(table, history))
+    assert plain.k > 7 and plain.explanation["reason"].startswith("grow 7 -> ")
+    blocked = get_policy("adaptive").select(ctx(table, history, params={"block_se": 1}))
+    assert blocked.k <= 7, blocked.explanation["reason"]
+    fit = blocked.explanation["fit"]
+    assert fit["slope"] - fit["slope_se"] < 0 < plain.explanation["fit"]["slope"]
+    assert fit["slope_se"] > 10 * plain.explanation["fit"]["slope_se"]
+
+
+def test_block_se_leaves_noise_free_histories_alone():
+    """With no noise a block proves as much as many rounds: the floor is 0, and the
+    decisions are the plain fit's (gain rising with k still grows)."""
+    assert simulate(RISING, 30, params={"block_se": 1})[0] == simulate(RISING, 30)[0]
+    assert simulate(FLAT, 30, params={"block_se": 1})[0] == simulate(FLAT, 30)[0]

@@ -117,18 +117,33 @@ def test_1gb_and_2gb_updates_take_uniforms_kstar_and_have_no_sweep_of_their_own(
     assert not any(v.name.startswith(size) for v in H.OPTION_VARIANTS)
 
 
-def test_an_online_option_is_an_arm_of_its_own_on_training_and_heldout_seeds(tmp_path):
+@pytest.mark.parametrize("option", H.OPTIONS, ids=lambda o: o.arm)
+def test_an_online_option_is_an_arm_of_its_own_on_training_and_heldout_seeds(tmp_path, option):
     _world(tmp_path, {s: 0.95 for s in H.HELDOUT_SEEDS}, {s: 1.1 for s in H.HELDOUT_SEEDS})
-    option = H.option_variant(H.UNIFORM).name
-    assert option == "uniform-adaptive-infit" and option in {v.name for v in H.VARIANTS}
+    name = H.option_variant(H.UNIFORM, option).name
+    assert name == f"uniform-{option.suffix}" and name in {v.name for v in H.VARIANTS}
+    assert H.SUITE.variant_arms[name] == ("adaptive",)
     for seed in (*H.TRAIN_SEEDS, *H.HELDOUT_SEEDS):
-        write_run(R.run_path(tmp_path, option, seed, "adaptive"), "adaptive", 0.9, [(0.9, 0.5, 4)])
+        write_run(R.run_path(tmp_path, name, seed, "adaptive"), "adaptive", 0.9, [(0.9, 0.5, 4)])
     d = H.load(tmp_path, {"sweep_k": GRID})
-    assert sorted(d["uniform/train"].runs[H.OPTION_ARM]) == list(H.TRAIN_SEEDS)
+    assert sorted(d["uniform/train"].runs[option.arm]) == list(H.TRAIN_SEEDS)
+    others = [o.arm for o in H.OPTIONS if o is not option]
+    assert not any(arm in d["uniform/heldout"].runs for arm in others)
     rows = {r.claim: r for r in H.claims(d, {})}
     option_row = rows[
-        f"uniform: {H.OPTION_ARM} against static k* = 3 (chosen on seeds 0-4), held-out seeds"
+        f"uniform: {option.arm} against static k* = 3 (chosen on seeds 0-4), held-out seeds"
     ]
     assert option_row.holds == "faster" and option_row.seeds == 5  # 0.9 h against 1.0 h
     held, trained = H.table(d, {})
-    assert held.headers[3] == f"{H.OPTION_ARM} (h)" and trained.headers[0] == "training seed"
+    assert held.headers[3] == f"{option.arm} (h)" and trained.headers[0] == "training seed"
+
+
+def test_the_options_are_adaptives_and_their_runs_carry_their_params():
+    assert [o.arm for o in H.OPTIONS] == ["adaptive+shrink_in_fit", "adaptive+block_se"]
+    from powertrip.core.policies import get_policy
+
+    for option in H.OPTIONS:
+        assert set(option.params) <= set(get_policy(option.policy).default_params)
+        variant = H.option_variant(H.TRACE, option)
+        assert variant.arm_params == {option.policy: dict(option.params)}
+        assert variant.overrides == H.TRACE.overrides

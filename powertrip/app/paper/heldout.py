@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +57,41 @@ ONLINE = ("powertrip", "adaptive")
 #: a seed)
 SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB)
 KSTAR_FROM: Mapping[str, Variant] = {SIZE_1GB.name: UNIFORM, SIZE_2GB.name: UNIFORM}
-#: beyond the paper, off by default: an option of an online policy judged as an arm of its
-#: own (`adaptive` with shrink_in_fit=1, see its docstring). Its runs differ in the policy's
-#: parameters, so they are a set-up of their own, '<set-up>-adaptive-infit', run on seeds
-#: 0-4 (judged there first) and on the held-out seeds 5-9
-OPTION_ARM = "adaptive+shrink_in_fit"
-OPTION_POLICY, OPTION_PARAMS = "adaptive", {"shrink_in_fit": 1.0}
 
 
-def option_variant(setup: Variant) -> Variant:
+@dataclass(frozen=True)
+class Option:
+    """Beyond the paper, off by default: an option of an online policy judged as an arm of
+    its own. Its runs differ in the policy's parameters, so they are a set-up of their
+    own, '<set-up>-<suffix>', run on seeds 0-4 (judged there first) and on the held-out
+    seeds 5-9."""
+
+    arm: str  # the arm's name in claims and tables
+    suffix: str  # the set-up's name after '<set-up>-'
+    policy: str
+    params: Mapping[str, float]
+
+
+#: adaptive's options (its docstring): shrink_in_fit=1, and block_se=1
+OPTIONS: tuple[Option, ...] = (
+    Option("adaptive+shrink_in_fit", "adaptive-infit", "adaptive", {"shrink_in_fit": 1.0}),
+    Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}),
+)
+
+
+def option_variant(setup: Variant, option: Option) -> Variant:
+    params = ", ".join(f"{k}={v:g}" for k, v in option.params.items())
     return Variant(
-        f"{setup.name}-adaptive-infit",
-        f"{setup.label}; adaptive with shrink_in_fit=1",
+        f"{setup.name}-{option.suffix}",
+        f"{setup.label}; {option.policy} with {params}",
         dict(setup.overrides),
-        arm_params={OPTION_POLICY: OPTION_PARAMS},
+        arm_params={option.policy: dict(option.params)},
     )
 
 
-OPTION_VARIANTS: tuple[Variant, ...] = tuple(option_variant(s) for s in (UNIFORM, TRACE))
+OPTION_VARIANTS: tuple[Variant, ...] = tuple(
+    option_variant(s, o) for o in OPTIONS for s in (UNIFORM, TRACE)
+)
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
 BOOTSTRAP_RESAMPLES = 10_000
@@ -86,7 +104,9 @@ SUITE = Suite(
     "5-9, with each held-out seed's own best k (the oracle) beside it.",
     tuple(v.name for v in (*SETUPS, *OPTION_VARIANTS)),
     ("powertrip", "adaptive", "sweep"),
-    variant_arms={v.name: (OPTION_POLICY,) for v in OPTION_VARIANTS},
+    variant_arms={
+        option_variant(s, o).name: (o.policy,) for o in OPTIONS for s in (UNIFORM, TRACE)
+    },
 )
 VARIANTS = OPTION_VARIANTS
 TABLE_TITLE = "Times per held-out seed"
@@ -128,13 +148,19 @@ def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantD
         s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
     ]
     heldout.kstar = train.kstar
-    option = option_variant(setup).name
-    for seed in (*TRAIN_SEEDS, *HELDOUT_SEEDS):
-        run = load_done(run_path(out, option, seed, OPTION_POLICY))
-        if run is not None:
-            into = heldout if seed in HELDOUT_SEEDS else train
-            into.runs.setdefault(OPTION_ARM, {})[seed] = run
+    for option in OPTIONS:
+        name = option_variant(setup, option).name
+        for seed in (*TRAIN_SEEDS, *HELDOUT_SEEDS):
+            run = load_done(run_path(out, name, seed, option.policy))
+            if run is not None:
+                into = heldout if seed in HELDOUT_SEEDS else train
+                into.runs.setdefault(option.arm, {})[seed] = run
     return train, heldout
+
+
+def _option_arms(v: VariantData) -> list[str]:
+    """The options with runs in v, in OPTIONS order."""
+    return [o.arm for o in OPTIONS if o.arm in v.runs]
 
 
 def _pairs(d: Mapping[str, VariantData]) -> list[tuple[VariantData, VariantData]]:
@@ -239,7 +265,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
     rows = []
     for train, v in _pairs(d):
         k = train.kstar
-        for arm in (*ONLINE, *([OPTION_ARM] if OPTION_ARM in v.runs else [])):
+        for arm in (*ONLINE, *_option_arms(v)):
             for against, label in (
                 ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
                 ("oracle", "each held-out seed's own best static k"),
@@ -268,7 +294,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
     tables = []
     for train, v in _pairs(d):
-        arms = (*ONLINE, *([OPTION_ARM] if OPTION_ARM in v.runs else []))
+        arms = (*ONLINE, *_option_arms(v))
         tables.append(_times_table(v, arms, v.all_seeds, "held-out seed", with_oracle=True))
         tables[-1].caption = (
             f"{v.label}: k* = {train.kstar} chosen on seeds {train.seeds} over the grid "
@@ -276,12 +302,13 @@ def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
             + (f" of {train.name}" if train.name != v.name else "")
             + f"; held-out grid {v.sweep}; '>' a run cut off before the target"
         )
-        if OPTION_ARM in train.runs:  # the option judged on the seeds k* was chosen on
-            train_arms = [a for a in (*ONLINE, OPTION_ARM) if a in train.runs]
+        options = _option_arms(train)
+        if options:  # the options judged on the seeds k* was chosen on
+            train_arms = [a for a in ONLINE if a in train.runs] + options
             tables.append(_times_table(train, train_arms, train.seeds, "training seed"))
             tables[-1].caption = (
-                f"{v.label}, training seeds: {OPTION_ARM} beside adaptive and the static k* "
-                "these seeds chose (for static, an oracle here)"
+                f"{v.label}, training seeds: {', '.join(options)} beside adaptive and the "
+                "static k* these seeds chose (for static, an oracle here)"
             )
     return tables
 

@@ -58,9 +58,14 @@ class GainFit:
 
 
 def fit_gain(
-    history: Sequence[PastRound], k_ref: int, fit_rounds: int, half_life: float
+    history: Sequence[PastRound],
+    k_ref: int,
+    fit_rounds: int,
+    half_life: float,
+    block_se: bool = False,
 ) -> GainFit:
-    """The weighted least-squares gain fit of the module docstring (step 2)."""
+    """The weighted least-squares gain fit of adaptive's docstring (step 2); with
+    `block_se`, the slope's standard error is at least `block_slope_se` of the window."""
     if len(history) < 2:
         return GainFit()
     accuracies = np.array([h.accuracy for h in history], dtype=np.float64)
@@ -104,6 +109,8 @@ def fit_gain(
             refined = _relative_fit(columns, named, gains, w, dof)
             if refined is not None:
                 named["slope"], se, sigma2 = refined
+        if block_se:
+            se = max(se, block_slope_se(ks, k_ref, math.sqrt(sigma2)))
         # exact (noise-free) histories: keep rounding error from counting as evidence
         se = max(se, REL_TOL * max(abs(named["level"]), 1e-12))
     return GainFit(
@@ -116,6 +123,20 @@ def fit_gain(
         sigma=math.sqrt(sigma2) if dof > 0 else 0.0,
         known=known,
     )
+
+
+def block_slope_se(ks: np.ndarray, k_ref: int, sigma: float) -> float:
+    """The slope's standard error if each run of consecutive rounds at one k were one
+    observation with one round's noise sigma: sigma / sqrt(sum_b (x_b - mean x)^2), x_b =
+    ln(k_b / k_ref) over the runs b. Why: rounds at one k come in a block, and a block's
+    gains share the phase of training they fell in (a probe in the steep part of the curve
+    gains more whatever its k), so the fit's rounds are not independent evidence about k.
+    Counted per block, one probe a -> b gives sqrt(2) sigma / ln(b / a) at best. inf with
+    one block."""
+    starts = np.concatenate([[0], np.flatnonzero(ks[1:] != ks[:-1]) + 1])
+    x = np.log(ks[starts] / k_ref)
+    spread = float(np.sum((x - x.mean()) ** 2))
+    return sigma / math.sqrt(spread) if spread > 0 else math.inf
 
 
 def _relative_fit(
