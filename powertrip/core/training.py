@@ -147,7 +147,9 @@ def evaluate(
     No autograd graph is kept (inference mode), and the forward pass goes
     EVAL_FORWARD_ROWS rows at a time, whose activations stay in cache; each row's logits do
     not depend on the rows beside it, and the loss is still summed per `batch_size` rows,
-    so the figures are the same to the bit (tests/unit/test_evaluation.py)."""
+    so the figures are those of whole-batch passes: to the bit on AVX2 CPUs, to float
+    rounding where the GEMM kernels block by row count (AVX-512/AMX; the loss's 8th
+    digit), as tests/unit/test_evaluation.py checks."""
     model.eval()
     correct, loss_sum = 0, 0.0
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
