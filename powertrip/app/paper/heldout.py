@@ -70,12 +70,20 @@ class Option:
     suffix: str  # the set-up's name after '<set-up>-'
     policy: str
     params: Mapping[str, float]
+    setups: tuple[Variant, ...]  # the set-ups it is run on
 
 
-#: adaptive's options (its docstring): shrink_in_fit=1, and block_se=1
+#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), and block_se=1
+#: (judged on uniform's and trace's training seeds, then run on every held-out set-up)
 OPTIONS: tuple[Option, ...] = (
-    Option("adaptive+shrink_in_fit", "adaptive-infit", "adaptive", {"shrink_in_fit": 1.0}),
-    Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}),
+    Option(
+        "adaptive+shrink_in_fit",
+        "adaptive-infit",
+        "adaptive",
+        {"shrink_in_fit": 1.0},
+        (UNIFORM, TRACE),
+    ),
+    Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}, SETUPS),
 )
 
 
@@ -90,7 +98,7 @@ def option_variant(setup: Variant, option: Option) -> Variant:
 
 
 OPTION_VARIANTS: tuple[Variant, ...] = tuple(
-    option_variant(s, o) for o in OPTIONS for s in (UNIFORM, TRACE)
+    option_variant(s, o) for o in OPTIONS for s in o.setups
 )
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
@@ -104,9 +112,7 @@ SUITE = Suite(
     "5-9, with each held-out seed's own best k (the oracle) beside it.",
     tuple(v.name for v in (*SETUPS, *OPTION_VARIANTS)),
     ("powertrip", "adaptive", "sweep"),
-    variant_arms={
-        option_variant(s, o).name: (o.policy,) for o in OPTIONS for s in (UNIFORM, TRACE)
-    },
+    variant_arms={option_variant(s, o).name: (o.policy,) for o in OPTIONS for s in o.setups},
 )
 VARIANTS = OPTION_VARIANTS
 TABLE_TITLE = "Times per held-out seed"
@@ -148,7 +154,7 @@ def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantD
         s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
     ]
     heldout.kstar = train.kstar
-    for option in OPTIONS:
+    for option in (o for o in OPTIONS if setup in o.setups):
         name = option_variant(setup, option).name
         for seed in (*TRAIN_SEEDS, *HELDOUT_SEEDS):
             run = load_done(run_path(out, name, seed, option.policy))
