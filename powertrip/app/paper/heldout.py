@@ -97,9 +97,11 @@ def option_variant(setup: Variant, option: Option) -> Variant:
     )
 
 
-OPTION_VARIANTS: tuple[Variant, ...] = tuple(
-    option_variant(s, o) for o in OPTIONS for s in o.setups
+#: (set-up of the option's runs, option) for every option and set-up it runs on
+OPTION_RUNS: tuple[tuple[Variant, Option], ...] = tuple(
+    (option_variant(s, o), o) for o in OPTIONS for s in o.setups
 )
+OPTION_VARIANTS: tuple[Variant, ...] = tuple(v for v, _ in OPTION_RUNS)
 #: the issue's goal for an online policy: within this share of the static optimum
 WITHIN = 0.05
 BOOTSTRAP_RESAMPLES = 10_000
@@ -112,7 +114,7 @@ SUITE = Suite(
     "5-9, with each held-out seed's own best k (the oracle) beside it.",
     tuple(v.name for v in (*SETUPS, *OPTION_VARIANTS)),
     ("powertrip", "adaptive", "sweep"),
-    variant_arms={option_variant(s, o).name: (o.policy,) for o in OPTIONS for s in o.setups},
+    variant_arms={v.name: (o.policy,) for v, o in OPTION_RUNS},
 )
 VARIANTS = OPTION_VARIANTS
 TABLE_TITLE = "Times per held-out seed"
