@@ -249,6 +249,20 @@ def test_one_k_in_the_window_leaves_the_slope_unknown():
     assert fit.explain()["slope"] is None
 
 
+def test_a_level_that_is_rounding_error_is_zero_so_every_machine_holds():
+    """Round 5 of a GPU run (results/plateau-policies/call1/adaptive-seed0.csv): the
+    accuracy fell once, then stood still, so the state term explains every gain and the
+    level is 0 exactly; lstsq gave 6.5e-21 here and <= 0 on the GPU host, and adaptive
+    probed here where it had held there. The level is now 0 on every machine: hold."""
+    accuracy = [0.04885483605206788] + [0.048607678365463834] * 3
+    history = [PastRound(i, 5, a, 90.35731474220503) for i, a in enumerate(accuracy, 1)]
+    fit = fit_gain(history, 5, fit_rounds=12, half_life=6.0)
+    assert fit.level == 0.0 and fit.state == pytest.approx(-1.0)
+    decision = get_policy("adaptive").select(ctx(gentle_table(), history, round=5))
+    assert decision.k == 5
+    assert "level <= 0" in decision.explanation["reason"]
+
+
 # ---- time model, parameters, purity -----------------------------------------------------
 
 
