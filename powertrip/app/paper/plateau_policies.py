@@ -1,0 +1,463 @@
+"""Figs. 8-9 at the plateau target, in one process: a policy chooses the sites of every
+round, the time model charges the round, and the library's training, FedAvg and evaluation
+learn, with no services, so that a GPU can run the 200+ rounds that the target where small-k
+runs level off (62 %, results/fig11-plateau/) needs.
+
+Why: through the services a round of 100 sites in the plateau regime costs about 150 s of a
+core, and a run needs 200+ rounds. The run's numbers do not depend on the processes, only on
+what each round computes, which is all library code (the aggregator's own loop is
+services/aggregator/round_loop.py; this follows it step by step):
+
+1. the sites: `RunConfig.population_spec()` -> `generate_population`, the profiler's uniform
+   power (constant), configured links; every site alive;
+2. the decision: the policy (`get_policy(name).select`) on a `Context` built as the policy
+   service builds it (the site table, the update size, tau, the history of `PastRound`s,
+   the target, the seed and round, the estimator, the parameters and the work model);
+3. the clock: the `local-steps` work model (each site computes tau / p_i), Eq. 3's
+   communication (`site_comm_s`), the straggler's sum plus the aggregation time
+   (`round_time`), as the aggregator's simulated clock charges;
+4. the learning: every chosen site trains from the global weights with its task's seed
+   (`site_seed(seed, round, site)`), the deltas are averaged with weights = the sites'
+   sample counts (fedavg's float64 sum, on the model's device: `weighted_delta_applied`),
+   and the model is evaluated on the run's held-out subset;
+5. the stop: the first round at or above the target (time to target = the simulated time
+   then), or `max_rounds`.
+
+Only the `local-steps` work model and `power: uniform` are built (Figs. 8 and 9 use both);
+anything else is refused by name. tests/unit/test_plateau_policies.py checks the first
+rounds of committed service runs (the policy's k and sites, the round times to 1e-9, the
+accuracy to float summation order).
+
+    python -m powertrip.app.paper.plateau_policies --policy powertrip --seed 0 --out DIR
+    python -m powertrip.app.paper.plateau_policies --policy static --param k=10 --out DIR
+    python -m powertrip.app.paper.plateau_policies --report DIR   # DIR/plateau-policies.md
+    python -m powertrip.app.paper.plateau_policies --explain DIR/powertrip-seed0.csv --round 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from powertrip.core.config import ConfigError, RunConfig, parse_setting
+
+#: the plateau regime of results/fig11-plateau/ on the uniform set-up (Figs. 8-9): the
+#: regime check's learning (lr 0.01, one mean local epoch, the whole held-out split) and the
+#: target where k = 10 levels off (62 % at rounds 208-217 there)
+PLATEAU_SETTINGS: dict[str, object] = {
+    "lr": 0.01,
+    "local_steps": 21,
+    "eval_samples": 1_000_000,  # more than the split holds: all of it
+    "target_accuracy": 0.62,
+    "max_rounds": 400,
+    "max_sim_hours": 0.0,
+}
+#: the uniform set-up's settings that differ from RunConfig's defaults (its run-config.yaml)
+UNIFORM_SETTINGS: dict[str, object] = {"update_size_gb": 1.5, "tau_s": 60.0}
+FIELDS = [
+    "round", "policy", "k", "sites", "accuracy", "loss", "train_loss", "round_time_s",
+    "sim_time_s", "predicted_round_time_s", "straggler", "wall_s",
+]  # fmt: skip
+
+
+def plateau_config(policy: str, params: dict[str, float], seed: int, **settings) -> RunConfig:
+    """The run's configuration: RunConfig's defaults, the uniform set-up, the plateau regime,
+    then `settings`; resolved against the workload's defaults and checked."""
+    from powertrip.core.workloads import get_workload
+
+    values = {**UNIFORM_SETTINGS, **PLATEAU_SETTINGS, **settings}
+    values.update(policy=policy, policy_params=dict(params), seed=seed)
+    run = RunConfig().with_values(values)
+    run = run.resolved(get_workload(run.workload).defaults).validate()
+    check_supported(run)
+    return run
+
+
+def check_supported(run: RunConfig) -> None:
+    """Refuse, by name, what this loop does not model."""
+    if run.work_model != "local-steps":
+        raise ConfigError(f"work_model: only local-steps is modelled here, got {run.work_model!r}")
+    if run.power != "uniform":
+        raise ConfigError(f"power: only uniform is modelled here, got {run.power!r}")
+    if run.clock != "simulated":
+        raise ConfigError(f"clock: only simulated is modelled here, got {run.clock!r}")
+
+
+def site_table(run: RunConfig):
+    """The policy's site table, as the policy service builds it from the profiler's uniform
+    profiles (configured links, constant power, all alive)."""
+    from powertrip.core.policies import SiteTable
+    from powertrip.core.profiles import generate_population
+
+    sites = generate_population(run.population_spec())
+    return SiteTable.build(
+        ids=[s.site_id for s in sites],
+        power=[s.power_fraction for s in sites],
+        distance_miles=[s.distance_miles for s in sites],
+        latency_s=[s.latency_s for s in sites],
+        bandwidth_bytes_per_s=[s.bandwidth_bytes_per_s for s in sites],
+        update_size_bytes=run.update_size_bytes,
+        directions=run.comm_directions or 2,
+    )
+
+
+def charged_round(run: RunConfig, table, rows: np.ndarray):
+    """The simulated clock's round for the sites at `rows` of `table` (local-steps):
+    (RoundTime, {site: its compute + communication})."""
+    from powertrip.core.timemodel import SiteTime, compute_time_s, round_time, site_comm_s
+
+    _, comm = site_comm_s(
+        table.latency_s[rows],
+        table.bandwidth_bytes_per_s[rows],
+        run.update_size_bytes,
+        run.comm_directions,
+    )
+    times = [
+        SiteTime(str(table.ids[r]), compute_time_s(run.tau_s, float(table.power[r])), float(c))
+        for r, c in zip(rows, comm.tolist(), strict=True)
+    ]
+    return round_time(times, aggregation_s=run.aggregation_s), {t.site_id: t.total_s for t in times}
+
+
+def context_of(run: RunConfig, table, history: list, round_no: int):
+    """The policy's Context for round `round_no`, as the policy service builds it from the
+    aggregator's request (no target: inf)."""
+    from powertrip.core.policies import Context
+
+    return Context(
+        table=table,
+        update_size_bytes=run.update_size_bytes,
+        tau_s=run.tau_s,
+        history=tuple(history),
+        target_accuracy=run.target_accuracy if run.target_accuracy else math.inf,
+        seed=run.seed,
+        round=round_no,
+        estimator=run.estimator,
+        params={k: float(v) for k, v in run.policy_params.items()},
+        work_model=run.work_model,
+    )
+
+
+def replay(run: RunConfig, rows: list[dict]) -> list:
+    """The policy's decision of every round of a written run, from the rounds before it:
+    a policy is a pure function of its context, so this gives back the run's k and sites
+    and says why (each Decision's explanation). The CSV holds each round's k, sites,
+    accuracy and round time, which is all that `powertrip`, `adaptive` and `static` read;
+    policies that read the sites' reported losses (oort) would see none."""
+    from powertrip.core.policies import PastRound, get_policy
+
+    policy = get_policy(run.policy)
+    table = site_table(run)
+    history: list = []
+    decisions = []
+    for round_no, row in enumerate(rows, 1):
+        decisions.append(policy.select(context_of(run, table, history, round_no)))
+        sites = tuple(row["sites"].split(";"))
+        history.append(
+            PastRound(
+                round_no, len(sites), float(row["accuracy"]), float(row["round_time_s"]), sites
+            )
+        )
+    return decisions
+
+
+def weighted_delta_applied(weights: dict, deltas: list[dict], site_weights: list[float]) -> dict:
+    """w + fedavg's weighted mean of the deltas, in torch where the weights are, with the
+    numbers of `apply_delta(w, weighted_average(deltas, site_weights))`: each delta in
+    float64 times w_i / sum(w), summed in order, cast back and added."""
+    import torch
+
+    total = float(sum(site_weights))
+    if not deltas or len(deltas) != len(site_weights) or total <= 0:
+        raise ValueError("one positive weight per delta, and at least one delta")
+    out = {}
+    for name, w in weights.items():
+        acc = torch.zeros(w.shape, dtype=torch.float64, device=w.device)
+        for delta, weight in zip(deltas, site_weights, strict=True):
+            acc += delta[name].to(w.device, torch.float64) * (weight / total)
+        out[name] = w + acc.to(w.dtype)
+    return out
+
+
+def run_policy(
+    run: RunConfig,
+    out_csv: Path,
+    *,
+    device: str = "cpu",
+    trainer: str = "loop",
+    max_rounds: int | None = None,
+    log=print,
+) -> list[dict]:
+    """Run `run` to its target or its round limit (`max_rounds` overrides it); write a row
+    per round to `out_csv` as it goes (a run cut short keeps its rounds) and return them."""
+    import torch
+
+    from powertrip.core.batched import SiteJob, train_sites
+    from powertrip.core.policies import PastRound, get_policy
+    from powertrip.core.profiles import site_index
+    from powertrip.core.training import eval_subset, evaluate, site_seed
+    from powertrip.core.workloads import get_workload
+
+    check_supported(run)
+    workload = get_workload(run.workload)
+    policy = get_policy(run.policy)
+    table = site_table(run)
+    sites = workload.site_data(run.data_dir, run.num_sites, run.seed)
+    dataset = workload.load(run.data_dir, run.seed)
+    eval_seed = run.seed if workload.defaults.eval_seed is None else workload.defaults.eval_seed
+    ix = eval_subset(len(dataset.test), run.eval_samples, eval_seed)
+    test_x, test_y = dataset.test.x[ix], dataset.test.y[ix]
+    torch.manual_seed(run.seed)  # the aggregator's initial weights
+    model = workload.build_model().to(device)
+    weights = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    target = run.target_accuracy if run.target_accuracy else math.inf
+    history: list[PastRound] = []
+    rows: list[dict] = []
+    sim_time = 0.0
+    start = time.monotonic()
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    with out_csv.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        for round_no in range(1, (max_rounds or run.max_rounds) + 1):
+            decision = policy.select(context_of(run, table, history, round_no))
+            chosen = [str(table.ids[r]) for r in decision.order]
+            timing, durations = charged_round(run, table, np.asarray(decision.order))
+            jobs = []
+            for site in chosen:
+                x, y = sites.site(site_index(site))
+                jobs.append(SiteJob(x, y, int(site_seed(run.seed, round_no, site_index(site)))))
+            results = train_sites(
+                workload,
+                model,
+                jobs,
+                steps=run.local_steps,
+                lr=run.lr,
+                batch_size=run.batch_size,
+                trainer=trainer,
+                site_batch=len(jobs) if trainer == "vmap" else 1,
+                channels_last=run.channels_last,
+                optimizer=workload.defaults.optimizer,
+                fused_sgd=run.fused_sgd,
+                delta_device=None,
+            )
+            counts = [r.num_samples for r in results]
+            weights = weighted_delta_applied(weights, [r.delta for r in results], counts)
+            model.load_state_dict(weights)
+            accuracy, loss = evaluate(workload, model, test_x, test_y)
+            sim_time += timing.round_time_s
+            losses = [float(r.mean_loss) for r in results]
+            history.append(
+                PastRound(
+                    round_no,
+                    len(chosen),
+                    accuracy,
+                    timing.round_time_s,
+                    tuple(chosen),
+                    tuple(chosen),
+                    tuple(losses),
+                    tuple(counts),
+                    tuple(durations[s] for s in chosen),
+                )  # fmt: skip
+            )
+            row = {
+                "round": round_no,
+                "policy": run.policy,
+                "k": len(chosen),
+                "sites": ";".join(chosen),
+                "accuracy": accuracy,
+                "loss": loss,
+                "train_loss": float(np.mean(losses)),
+                "round_time_s": timing.round_time_s,
+                "sim_time_s": sim_time,
+                "predicted_round_time_s": decision.predicted_round_time_s,
+                "straggler": timing.straggler,
+                "wall_s": round(time.monotonic() - start, 3),
+            }
+            writer.writerow(row)
+            handle.flush()
+            rows.append(row)
+            if round_no % 10 == 0 or accuracy >= target:
+                log(
+                    f"{run.policy} seed {run.seed}: round {round_no}, k {len(chosen)}, "
+                    f"accuracy {accuracy:.4f}, {sim_time / 3600:.3f} h"
+                )
+            if accuracy >= target:
+                break
+    return rows
+
+
+# ---- the report ------------------------------------------------------------------------
+def arm_name(path: Path) -> tuple[str, int]:
+    """(arm, seed) from a CSV's name, `<arm>-seed<N>.csv`."""
+    arm, _, seed = path.stem.rpartition("-seed")
+    return arm, int(seed)
+
+
+def arm_policy(arm: str) -> tuple[str, dict[str, float]]:
+    """(policy, parameters) from an arm's name as `main` writes it: the policy, then one
+    `-<name><value>` per parameter (`static-k10`, `adaptive-block_se1`)."""
+    import re
+
+    policy, *parts = arm.split("-")
+    params = {}
+    for part in parts:
+        match = re.fullmatch(r"([A-Za-z_]+)([-+0-9.e]+)", part)
+        if match is None:
+            raise ValueError(f"arm {arm!r}: {part!r} is not <parameter><number>")
+        params[match[1]] = float(match[2])
+    return policy, params
+
+
+def time_to_target(rows: list[dict], target: float) -> tuple[float, bool, int]:
+    """(hours, reached, rounds): the simulated time of the first round at or above the
+    target, or, for a run cut off before it, the time it ran (a lower bound)."""
+    for row in rows:
+        if float(row["accuracy"]) >= target:
+            return float(row["sim_time_s"]) / 3600, True, int(row["round"])
+    last = rows[-1] if rows else {"sim_time_s": 0.0, "round": 0}
+    return float(last["sim_time_s"]) / 3600, False, int(last["round"])
+
+
+def report(folder: Path, target: float = float(PLATEAU_SETTINGS["target_accuracy"])) -> Path:
+    """plateau-policies.md in `folder`: per arm and seed, time to target (or the bound a run
+    cut off gives), rounds, mean k and round time, and each arm against the seed's best
+    static k that reached the target."""
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for path in sorted(folder.glob("*-seed*.csv")):
+        rows = list(csv.DictReader(path.open()))
+        if rows:
+            runs[arm_name(path)] = rows
+    if not runs:
+        raise FileNotFoundError(f"{folder}: no <arm>-seed<N>.csv to report")
+    lines = [
+        f"# Time to {target:.0%} per arm (the plateau regime, uniform set-up)",
+        "",
+        "| arm | seed | hours to target | rounds | mean k | k range | mean round (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    results = {}
+    for (arm, seed), rows in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        hours, reached, rounds = time_to_target(rows, target)
+        results[(arm, seed)] = (hours, reached)
+        ks = [int(r["k"]) for r in rows[:rounds]]
+        mean_round = np.mean([float(r["round_time_s"]) for r in rows[:rounds]])
+        shown = f"{hours:.3f}" if reached else f"> {hours:.3f} (cut off)"
+        lines.append(
+            f"| {arm} | {seed} | {shown} | {rounds} | {np.mean(ks):.1f} | "
+            f"{min(ks)}-{max(ks)} | {mean_round:.1f} |"
+        )
+    lines += ["", "Against the seed's fastest static k that reached the target:", ""]
+    for seed in sorted({s for _, s in results}):
+        static = {a: h for (a, s), (h, ok) in results.items() if s == seed and ok and "static" in a}
+        if not static:
+            lines.append(f"- seed {seed}: no static k reached the target")
+            continue
+        best = min(static, key=static.get)
+        for (arm, s), (hours, reached) in sorted(results.items()):
+            if s == seed and "static" not in arm:
+                ratio = hours / static[best] - 1
+                bound = "" if reached else " (cut off: at least)"
+                lines.append(f"- seed {seed}: {arm} {ratio:+.1%} against {best}{bound}")
+    out = folder / "plateau-policies.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def parse_params(items: list[str]) -> dict[str, float]:
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            params[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise ConfigError(f"--param takes name=number, got {item!r}")
+    return params
+
+
+def explain(run: RunConfig, path: Path, round_no: int | None) -> int:
+    """Print the replayed decision of every round of `path` (or of `round_no`), and say
+    where the replay and the written k differ (it should not: the run's own policy,
+    parameters and seed replay it exactly)."""
+    import json
+
+    rows = list(csv.DictReader(path.open()))
+    decisions = replay(run, rows)
+    pairs = list(zip(decisions, rows, strict=True))
+    differ = [i for i, (d, r) in enumerate(pairs, 1) if d.k != int(r["k"])]
+    for i, (decision, row) in enumerate(pairs, 1):
+        if round_no is None or i == round_no:
+            print(f"round {i}: k {decision.k} (written {row['k']}): "
+                  f"{json.dumps(decision.explanation)}")  # fmt: skip
+    print(f"{len(rows) - len(differ)} of {len(rows)} decisions replayed as written", end="")
+    print(f"; differ at rounds {differ[:10]}" if differ else "")
+    return 1 if differ else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m powertrip.app.paper.plateau_policies",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("--policy", help="a policy name (powertrip, adaptive, static, ...)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a policy parameter, e.g. k=10 for static (repeatable)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run setting over the plateau defaults (repeatable)")  # fmt: skip
+    parser.add_argument("--arm", help="the CSV's name (default: the policy and parameters)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--trainer", choices=("loop", "vmap"), default="loop")
+    parser.add_argument("--out", type=Path, help="folder for <arm>-seed<N>.csv")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="tabulate DIR and stop")
+    parser.add_argument("--explain", type=Path, metavar="CSV",
+                        help="replay the --policy's decisions over a written run's rounds and "
+                        "print why it chose each k (--round N: that round only)")  # fmt: skip
+    parser.add_argument("--round", type=int, help="with --explain: the round to explain")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(f"written: {report(args.report)}")
+        return 0
+    if args.explain and not args.policy:
+        # the run's own policy, parameters and seed, from the CSV's name
+        arm, args.seed = arm_name(args.explain)
+        args.policy, named = arm_policy(arm)
+        args.param += [f"{k}={v:g}" for k, v in named.items()]
+    if not args.policy or (args.out is None and args.explain is None):
+        parser.error("--policy and --out are needed to run (or --report DIR, or --explain CSV)")
+    try:
+        params = parse_params(args.param)
+        given = dict(parse_setting(item) for item in args.set)
+        run = plateau_config(args.policy, params, args.seed, **given)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.explain:
+        return explain(run, args.explain, args.round)
+    arm = args.arm or "-".join([args.policy] + [f"{k}{v:g}" for k, v in sorted(params.items())])
+    out_csv = args.out / f"{arm}-seed{args.seed}.csv"
+    if args.device.startswith("cuda"):
+        # float32 as on a CPU: no TF32 (set for this process, not in the library call)
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        run_policy(run, out_csv, device=args.device, trainer=args.trainer)
+    except KeyboardInterrupt:
+        print(f"interrupted: the finished rounds are in {out_csv}", file=sys.stderr)
+        return 130
+    print(f"written: {out_csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

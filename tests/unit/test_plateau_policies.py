@@ -1,0 +1,175 @@
+"""The in-process policy loop (powertrip/app/paper/plateau_policies.py) makes the services'
+rounds: the same decisions, the same simulated clock, the same learning, checked against
+committed runs of the real services on the uniform set-up."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from powertrip.app.paper.plateau_policies import (
+    PLATEAU_SETTINGS,
+    arm_name,
+    arm_policy,
+    main,
+    plateau_config,
+    replay,
+    report,
+    run_policy,
+    site_table,
+    time_to_target,
+    weighted_delta_applied,
+)
+from powertrip.core.config import ConfigError
+
+RUNS = Path(__file__).resolve().parents[2] / "results/reproduce/runs/uniform"
+#: the committed runs' learning settings (the uniform set-up at its 45 % target)
+COMMITTED = {"lr": 0.1, "local_steps": 10, "eval_samples": 2000, "target_accuracy": 0.45}
+
+
+def committed_rounds(seed: int, arm: str) -> list[dict]:
+    return list(csv.DictReader((RUNS / f"seed{seed}/{arm}/rounds.csv").open()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("policy", "params", "arm", "rounds"),
+    [("powertrip", {}, "powertrip", 4), ("static", {"k": 3.0}, "static-k3", 3)],
+)
+def test_its_rounds_are_the_service_runs_rounds(tmp_path, policy, params, arm, rounds):
+    """Seed 0's first rounds: the policy's k and sites and the simulated clock to the
+    rounds.csv's digits, and the learning to float summation order (the aggregator sums
+    the deltas as they stream in)."""
+    path = RUNS / f"seed0/{arm}/rounds.csv"
+    if not path.is_file():
+        pytest.skip("the committed uniform runs are not here")
+    run = plateau_config(policy, params, 0, **COMMITTED)
+    ours = run_policy(run, tmp_path / "r.csv", max_rounds=rounds, log=lambda *_: None)
+    theirs = committed_rounds(0, arm)[:rounds]
+    assert len(ours) == rounds
+    for mine, row in zip(ours, theirs, strict=True):
+        assert mine["k"] == int(row["k"]) and mine["sites"] == row["sites"]
+        assert mine["straggler"] == row["straggler"]
+        assert mine["round_time_s"] == pytest.approx(float(row["round_time_s"]), abs=1e-8)
+        assert mine["sim_time_s"] == pytest.approx(float(row["sim_time_s"]), abs=1e-8)
+        assert mine["predicted_round_time_s"] == pytest.approx(
+            float(row["predicted_round_time_s"]), abs=1e-8
+        )
+        assert mine["accuracy"] == pytest.approx(float(row["accuracy"]), abs=1e-3)
+        assert mine["train_loss"] == pytest.approx(float(row["train_loss"]), abs=1e-4)
+    # the CSV holds the same rounds, written as they finished
+    assert [int(r["k"]) for r in csv.DictReader((tmp_path / "r.csv").open())] == [
+        int(r["k"]) for r in theirs
+    ]
+
+
+def test_the_defaults_are_the_plateau_regime_on_the_uniform_set_up():
+    run = plateau_config("powertrip", {}, 3)
+    assert (run.lr, run.local_steps, run.target_accuracy) == (0.01, 21, 0.62)
+    assert run.eval_samples == PLATEAU_SETTINGS["eval_samples"]
+    assert (run.update_size_gb, run.tau_s, run.power, run.work_model) == (
+        1.5, 60.0, "uniform", "local-steps",
+    )  # fmt: skip
+    assert (run.seed, run.policy) == (3, "powertrip")
+    # the committed uniform runs differ only in the learning settings and the run limits
+    path = RUNS / "seed0/powertrip/run-config.yaml"
+    if path.is_file():
+        import yaml
+
+        committed = yaml.safe_load(path.read_text())
+        ours = plateau_config("powertrip", {}, 0, **COMMITTED).to_dict()
+        differ = {k for k, v in committed.items() if ours.get(k) != v}
+        assert differ <= {"max_rounds", "max_sim_hours", "fused_sgd"}, differ
+
+
+def test_what_it_does_not_model_is_refused_by_name():
+    with pytest.raises(ConfigError, match="work_model"):
+        plateau_config("powertrip", {}, 0, work_model="power-split")
+    with pytest.raises(ConfigError, match="power"):
+        plateau_config("powertrip", {}, 0, power="trace")
+    assert main(["--policy", "static", "--param", "k", "--out", "/nonexistent"]) == 2
+    assert main(["--policy", "static", "--set", "lr=-1", "--out", "/nonexistent"]) == 2
+
+
+def test_the_weighted_mean_is_fedavgs_to_the_bit():
+    import torch
+
+    from powertrip.core.fedavg import apply_delta, weighted_average
+
+    rng = np.random.default_rng(5)
+    weights = {"w": rng.standard_normal((30, 30)).astype(np.float32)}
+    deltas = [{"w": (rng.standard_normal((30, 30)) * 1e-3).astype(np.float32)} for _ in range(25)]
+    counts = [int(c) for c in rng.integers(300, 500, 25)]
+    want = apply_delta(weights, weighted_average(deltas, counts))
+    got = weighted_delta_applied(
+        {"w": torch.from_numpy(weights["w"])},
+        [{"w": torch.from_numpy(d["w"])} for d in deltas],
+        counts,
+    )
+    assert np.array_equal(got["w"].numpy(), want["w"])
+    with pytest.raises(ValueError):
+        weighted_delta_applied({"w": torch.zeros(1)}, [], [])
+
+
+def test_the_report_bounds_a_cut_off_run_and_compares_with_the_best_static(tmp_path):
+    def write(name, accuracy, round_s):
+        rows = ["round,k,accuracy,round_time_s,sim_time_s"]
+        rows += [f"{i},3,{a},{round_s},{i * round_s}" for i, a in enumerate(accuracy, 1)]
+        (tmp_path / name).write_text("\n".join(rows) + "\n")
+
+    write("static-k10-seed0.csv", [0.5, 0.63], 3600)  # 2 h
+    write("static-k20-seed0.csv", [0.5, 0.6, 0.7], 3600 * 2)  # 6 h
+    write("powertrip-seed0.csv", [0.62], 3600 * 3)  # 3 h: +50 %
+    write("adaptive-seed0.csv", [0.1, 0.2], 3600)  # cut off at 2 h
+    rows = list(csv.DictReader((tmp_path / "adaptive-seed0.csv").open()))
+    assert time_to_target(rows, 0.62) == (2.0, False, 2)
+    text = report(tmp_path).read_text()
+    assert "| powertrip | 0 | 3.000 | 1 |" in text
+    assert "> 2.000 (cut off)" in text
+    assert "powertrip +50.0% against static-k10" in text
+    assert "adaptive +0.0% against static-k10 (cut off: at least)" in text
+
+
+COMMITTED_GPU_RUNS = sorted(
+    (Path(__file__).resolve().parents[2] / "results/plateau-policies").glob("call*/*-seed*.csv")
+)
+
+
+@pytest.mark.skipif(not COMMITTED_GPU_RUNS, reason="the committed plateau runs are not here")
+def test_every_committed_gpu_run_replays_its_policys_decisions():
+    """The runs in results/plateau-policies/ were made on a GPU; their policies' decisions
+    are a pure function of the rounds written, so a replay here gives every k and site set
+    back (and the explanation of each: --explain)."""
+    for path in COMMITTED_GPU_RUNS:
+        arm, seed = arm_name(path)
+        policy, params = arm_policy(arm)
+        rows = list(csv.DictReader(path.open()))
+        decisions = replay(plateau_config(policy, params, seed), rows)
+        got = [";".join(map(str, d.order)) for d in decisions]
+        table = site_table(plateau_config(policy, params, seed))
+        want = [";".join(str(i) for i in table.rows_of(r["sites"].split(";"))) for r in rows]
+        assert got == want, path.name
+
+
+def test_a_replay_that_differs_is_reported(tmp_path, capsys):
+    rows = ["round,k,sites,accuracy,round_time_s"]
+    rows += ["1,3,site-000;site-001;site-002,0.1,70.0"]  # static k = 3 takes the top 3, not these
+    path = tmp_path / "static-k3-seed0.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["--explain", str(path)]) == 0  # the same k: replayed as written
+    assert "1 of 1 decisions replayed as written" in capsys.readouterr().out
+    path.write_text(path.read_text().replace("1,3,", "1,4,"))
+    assert main(["--explain", str(path)]) == 1
+    assert "differ at rounds [1]" in capsys.readouterr().out
+
+
+def test_arm_names_give_back_the_policy_and_its_parameters():
+    assert arm_policy("static-k10") == ("static", {"k": 10.0})
+    assert arm_policy("adaptive-block_se1") == ("adaptive", {"block_se": 1.0})
+    assert arm_policy("powertrip") == ("powertrip", {})
+    assert arm_name(Path("adaptive-block_se1-seed12.csv")) == ("adaptive-block_se1", 12)
+    with pytest.raises(ValueError, match="not <parameter><number>"):
+        arm_policy("static-ten")
