@@ -21,7 +21,6 @@ from powertrip.app.paper.plateau_policies import (
     run_policy,
     site_table,
     time_to_target,
-    weighted_delta_applied,
 )
 from powertrip.core.config import ConfigError
 
@@ -97,6 +96,7 @@ def test_what_it_does_not_model_is_refused_by_name():
 def test_the_weighted_mean_is_fedavgs_to_the_bit():
     import torch
 
+    from powertrip.app.paper.fig11_plateau import weighted_delta_applied
     from powertrip.core.fedavg import apply_delta, weighted_average
 
     rng = np.random.default_rng(5)

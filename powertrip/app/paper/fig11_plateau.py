@@ -142,18 +142,27 @@ def simulate(
 
 
 def mean_delta_applied(weights: dict, deltas: list[dict]) -> dict:
-    """w + the plain mean of the deltas, in torch on the weights' device, with the numbers of
-    fedavg's `apply_delta(w, weighted_average(deltas, [1.0] * k))`: each delta in float64
-    times 1/k, summed in order, cast back to the weights' dtype and added (one rounding per
-    operation, as numpy does; a test holds them equal to the bit)."""
+    """w + the plain mean of the deltas (every site here trains the same samples), with the
+    numbers of fedavg's `apply_delta(w, weighted_average(deltas, [1.0] * k))`."""
+    return weighted_delta_applied(weights, deltas, [1.0] * len(deltas))
+
+
+def weighted_delta_applied(weights: dict, deltas: list[dict], site_weights: list[float]) -> dict:
+    """w + fedavg's weighted mean of the deltas, in torch where the weights are (a GPU: no
+    k model-sized copies to the host a round), with the numbers of `apply_delta(w,
+    weighted_average(deltas, site_weights))`: each delta in float64 times w_i / sum(w),
+    summed in order, cast back to the weights' dtype and added (one rounding per operation,
+    as numpy does; tests hold them equal to the bit)."""
     import torch
 
-    share = 1.0 / float(len(deltas))
+    total = float(sum(site_weights))
+    if not deltas or len(deltas) != len(site_weights) or total <= 0:
+        raise ValueError("one positive weight per delta, and at least one delta")
     out = {}
     for name, w in weights.items():
         acc = torch.zeros(w.shape, dtype=torch.float64, device=w.device)
-        for delta in deltas:
-            acc += delta[name].to(w.device, torch.float64) * share
+        for delta, weight in zip(deltas, site_weights, strict=True):
+            acc += delta[name].to(w.device, torch.float64) * (weight / total)
         out[name] = w + acc.to(w.dtype)
     return out
 

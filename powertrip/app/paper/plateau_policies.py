@@ -18,7 +18,8 @@ services/aggregator/round_loop.py; this follows it step by step):
    (`round_time`), as the aggregator's simulated clock charges;
 4. the learning: every chosen site trains from the global weights with its task's seed
    (`site_seed(seed, round, site)`), the deltas are averaged with weights = the sites'
-   sample counts (fedavg's float64 sum, on the model's device: `weighted_delta_applied`),
+   sample counts (fedavg's float64 sum, on the model's device:
+   fig11_plateau.weighted_delta_applied),
    and the model is evaluated on the run's held-out subset;
 5. the stop: the first round at or above the target (time to target = the simulated time
    then), or `max_rounds`.
@@ -167,24 +168,6 @@ def replay(run: RunConfig, rows: list[dict]) -> list:
     return decisions
 
 
-def weighted_delta_applied(weights: dict, deltas: list[dict], site_weights: list[float]) -> dict:
-    """w + fedavg's weighted mean of the deltas, in torch where the weights are, with the
-    numbers of `apply_delta(w, weighted_average(deltas, site_weights))`: each delta in
-    float64 times w_i / sum(w), summed in order, cast back and added."""
-    import torch
-
-    total = float(sum(site_weights))
-    if not deltas or len(deltas) != len(site_weights) or total <= 0:
-        raise ValueError("one positive weight per delta, and at least one delta")
-    out = {}
-    for name, w in weights.items():
-        acc = torch.zeros(w.shape, dtype=torch.float64, device=w.device)
-        for delta, weight in zip(deltas, site_weights, strict=True):
-            acc += delta[name].to(w.device, torch.float64) * (weight / total)
-        out[name] = w + acc.to(w.dtype)
-    return out
-
-
 def run_policy(
     run: RunConfig,
     out_csv: Path,
@@ -198,6 +181,7 @@ def run_policy(
     per round to `out_csv` as it goes (a run cut short keeps its rounds) and return them."""
     import torch
 
+    from powertrip.app.paper.fig11_plateau import weighted_delta_applied
     from powertrip.core.batched import SiteJob, train_sites
     from powertrip.core.policies import PastRound, get_policy
     from powertrip.core.profiles import site_index
@@ -367,7 +351,34 @@ def report(folder: Path, target: float = float(PLATEAU_SETTINGS["target_accuracy
                 lines.append(f"- seed {seed}: {arm} {ratio:+.1%} against {best}{bound}")
     out = folder / "plateau-policies.md"
     out.write_text("\n".join(lines) + "\n")
+    plot(runs, target, folder / "plateau-policies.png")
     return out
+
+
+def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> Path:
+    """Accuracy against simulated hours (the target as a line: who crosses it first), and
+    the k each policy chose by round."""
+    from powertrip.app.report.figures import new_figure, save_figure
+
+    fig = new_figure(width=12, height=4.5)
+    left, right = fig.subplots(1, 2)
+    arms = sorted({arm for arm, _ in runs})
+    colours = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
+    seeds = sorted({seed for _, seed in runs})
+    styles = {seed: ("-", "--", ":", "-.")[i % 4] for i, seed in enumerate(seeds)}
+    for (arm, seed), rows in sorted(runs.items()):
+        hours = [float(r["sim_time_s"]) / 3600 for r in rows]
+        accuracy = [100 * float(r["accuracy"]) for r in rows]
+        style = dict(color=colours[arm], linestyle=styles[seed], linewidth=1)
+        left.plot(hours, accuracy, label=f"{arm} s{seed}", **style)
+        if "static" not in arm:
+            right.plot(range(1, len(rows) + 1), [int(r["k"]) for r in rows], **style)
+    left.axhline(100 * target, color="grey", linewidth=0.8)
+    left.set(xlabel="simulated hours", ylabel="held-out accuracy (%)", ylim=(40, 65),
+             title=f"accuracy against time (target {target:.0%})")  # fmt: skip
+    left.legend(fontsize=6, ncol=2)
+    right.set(xlabel="round", ylabel="k", yscale="log", title="k chosen by the policies")
+    return save_figure(fig, out)
 
 
 def parse_params(items: list[str]) -> dict[str, float]:
