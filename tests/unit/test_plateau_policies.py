@@ -173,3 +173,29 @@ def test_arm_names_give_back_the_policy_and_its_parameters():
     assert arm_name(Path("adaptive-block_se1-seed12.csv")) == ("adaptive-block_se1", 12)
     with pytest.raises(ValueError, match="not <parameter><number>"):
         arm_policy("static-ten")
+
+
+def test_every_committed_uniform_service_run_of_the_online_policies_replays():
+    """The committed service runs of powertrip and adaptive on the uniform-power set-ups
+    replay decision for decision: the loop's Context is the policy service's, and a change
+    to either policy that would change a committed run's decisions shows here (those runs
+    would then be stale)."""
+    from powertrip.core.config import RunConfig
+    from powertrip.core.workloads import get_workload
+
+    configs = sorted(RUNS.parent.glob("*/seed*/*/run-config.yaml"))
+    replayed = 0
+    for path in configs:
+        run = RunConfig.from_yaml(path)
+        if run.policy not in ("powertrip", "adaptive") or run.power != "uniform":
+            continue
+        if run.work_model != "local-steps" or run.clock != "simulated":
+            continue
+        run = run.resolved(get_workload(run.workload).defaults)
+        rows = list(csv.DictReader((path.parent / "rounds.csv").open()))
+        decisions = replay(run, rows)
+        assert [d.k for d in decisions] == [int(r["k"]) for r in rows], path.parent
+        replayed += 1
+    if not replayed:
+        pytest.skip("the committed service runs are not here")
+    assert replayed >= 100  # the uniform, 1 GB, 2 GB, held-out, ablation... runs
