@@ -240,15 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.k is None or args.out is None:
         parser.error("--k and --out are needed to run (or --report DIR to plot)")
     out_csv = args.out / f"k{args.k}-{args.sampling}-seed{args.seed}.csv"
-    if args.device.startswith("cuda"):
-        # float32 as on a CPU: no TF32 matmuls or convolutions. Set here, for this process,
-        # not in simulate(), so that a library call leaves torch's global settings alone
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    try:
-        simulate(
+    return run_cli_job(
+        out_csv,
+        args.device,
+        lambda: simulate(
             args.k,
             args.seed,
             args.rounds,
@@ -257,7 +252,22 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             trainer=args.trainer,
             data_dir=args.data_dir,
-        )
+        ),
+    )
+
+
+def run_cli_job(out_csv: Path, device: str, job) -> int:
+    """A plateau runner's run from the command line: float32 as on a CPU where the device is
+    a GPU (no TF32 matmuls or convolutions; set here, for this process, so that a library
+    call leaves torch's global settings alone), and Ctrl-C or SIGINT (run-gpu.sh's time
+    limit) ends it with the finished rounds kept in `out_csv`."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        job()
     except KeyboardInterrupt:
         print(f"interrupted: the finished rounds are in {out_csv}", file=sys.stderr)
         return 130

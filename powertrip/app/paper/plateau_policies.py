@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from powertrip.app.paper.fig11_plateau import run_cli_job
 from powertrip.core.config import ConfigError, RunConfig, parse_setting
 
 #: the plateau regime of results/fig11-plateau/ on the uniform set-up (Figs. 8-9): the
@@ -455,19 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         return explain(run, args.explain, args.round)
     arm = args.arm or "-".join([args.policy] + [f"{k}{v:g}" for k, v in sorted(params.items())])
     out_csv = args.out / f"{arm}-seed{args.seed}.csv"
-    if args.device.startswith("cuda"):
-        # float32 as on a CPU: no TF32 (set for this process, not in the library call)
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    try:
-        run_policy(run, out_csv, device=args.device, trainer=args.trainer)
-    except KeyboardInterrupt:
-        print(f"interrupted: the finished rounds are in {out_csv}", file=sys.stderr)
-        return 130
-    print(f"written: {out_csv}")
-    return 0
+    device, trainer = args.device, args.trainer
+    return run_cli_job(
+        out_csv, device, lambda: run_policy(run, out_csv, device=device, trainer=trainer)
+    )
 
 
 if __name__ == "__main__":
