@@ -21,6 +21,7 @@ from powertrip.app.paper import (
     fig08,
     fig09,
     fig10,
+    plateau_target,
 )
 from powertrip.app.paper.ablation import table as ablation_table
 from powertrip.app.paper.common import (
@@ -38,15 +39,17 @@ PAPER_DIR = Path(paper.__file__).parent
 
 # ---- registry and layering -------------------------------------------------------------
 def test_registry_has_figures_2_3_5_to_14_the_ablation_and_the_studies():
-    beyond = ("11-regime", "ablation", "heldout", "tau", "llm")
+    beyond = ("11-regime", "8-9-plateau", "ablation", "heldout", "tau", "llm")
     assert set(FIGURES) == {"2", "3", *(str(n) for n in range(5, 15)), *beyond}
     assert list(SUITES) == [
-        *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "12", "13", "14"),
+        *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "8-9-plateau", "12", "13"),
+        "14",
         *("ablation", "heldout", "tau", "llm"),
     ]
-    # Figs. 2-3 are computed from the power trace, Fig. 5 from the population: no runs
+    # Figs. 2-3 are computed from the power trace, Fig. 5 from the population, the plateau
+    # target's from the committed GPU runs: no runs
     for module in MODULES:
-        no_runs = module in (fig02, fig03, fig05)
+        no_runs = module in (fig02, fig03, fig05, plateau_target)
         assert bool(module.SUITE.variants) == (not no_runs), module.__name__
     # every set-up a figure uses is introduced by some figure (Fig. 11 reads Figs. 6-7's)
     introduced = {v.name for module in MODULES for v in module.VARIANTS}

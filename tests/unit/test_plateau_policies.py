@@ -12,16 +12,13 @@ import pytest
 
 from powertrip.app.paper.plateau_policies import (
     PLATEAU_SETTINGS,
-    arm_name,
-    arm_policy,
     main,
     plateau_config,
     replay,
-    report,
     run_policy,
     site_table,
-    time_to_target,
 )
+from powertrip.app.paper.plateau_target import arm_name, arm_policy, report, time_to_target
 from powertrip.core.config import ConfigError
 
 RUNS = Path(__file__).resolve().parents[2] / "results/reproduce/runs/uniform"

@@ -23,7 +23,10 @@ def test_sweep_grid_is_fine_at_small_k_and_scales_with_the_site_count():
     assert R.sweep_ks(3) == [1, 2, 3]  # distinct, never 0, never above the site count
 
 
-@pytest.mark.parametrize("figure", [f for f in R.SUITES if f not in ("2", "3", "5")])  # no runs
+@pytest.mark.parametrize(
+    "figure",
+    [f for f in R.SUITES if f not in ("2", "3", "5", "8-9-plateau")],  # no runs
+)
 def test_every_figure_maps_to_runs_of_known_policies(figure):
     ks = R.sweep_ks(100)
     runs = R.plan([figure], [0, 1, 2], 100, ks)
@@ -96,7 +99,11 @@ def test_parse_figures():
     assert R.parse_figures("5") == ["5"]
     assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
     assert R.plan(["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
-    allowed = "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
+    assert R.plan(["8-9-plateau"], [0, 1], 100, R.sweep_ks(100)) == []  # read from results/
+    allowed = (
+        "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
+        "heldout, tau"
+    )
     with pytest.raises(R.ReproduceError, match=allowed):
         R.parse_figures("4")
 
@@ -376,7 +383,8 @@ def test_figure_keys_6_and_7_select_one_module():
     [
         (
             ["--figure", "4"],
-            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau, "
+            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
+            "heldout, tau, "
             "llm or all",
         ),
         (["--seeds", "0"], "--seeds must be >= 1"),

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from powertrip.app.paper.fig11_plateau import run_cli_job
+from powertrip.app.paper.plateau_target import TARGET, arm_name, arm_policy, read_rows, report
 from powertrip.core.config import ConfigError, RunConfig, parse_setting
 
 #: the plateau regime of results/fig11-plateau/ on the uniform set-up (Figs. 8-9): the
@@ -56,7 +57,7 @@ PLATEAU_SETTINGS: dict[str, object] = {
     "lr": 0.01,
     "local_steps": 21,
     "eval_samples": 1_000_000,  # more than the split holds: all of it
-    "target_accuracy": 0.62,
+    "target_accuracy": TARGET,
     "max_rounds": 400,
     "max_sim_hours": 0.0,
 }
@@ -278,110 +279,6 @@ def run_policy(
     return rows
 
 
-# ---- the report ------------------------------------------------------------------------
-def arm_name(path: Path) -> tuple[str, int]:
-    """(arm, seed) from a CSV's name, `<arm>-seed<N>.csv`."""
-    arm, _, seed = path.stem.rpartition("-seed")
-    return arm, int(seed)
-
-
-def arm_policy(arm: str) -> tuple[str, dict[str, float]]:
-    """(policy, parameters) from an arm's name as `main` writes it: the policy, then one
-    `-<name><value>` per parameter (`static-k10`, `adaptive-block_se1`)."""
-    import re
-
-    policy, *parts = arm.split("-")
-    params = {}
-    for part in parts:
-        match = re.fullmatch(r"([A-Za-z_]+)([-+0-9.e]+)", part)
-        if match is None:
-            raise ValueError(f"arm {arm!r}: {part!r} is not <parameter><number>")
-        params[match[1]] = float(match[2])
-    return policy, params
-
-
-def time_to_target(rows: list[dict], target: float) -> tuple[float, bool, int]:
-    """(hours, reached, rounds): the simulated time of the first round at or above the
-    target, or, for a run cut off before it, the time it ran (a lower bound)."""
-    for row in rows:
-        if float(row["accuracy"]) >= target:
-            return float(row["sim_time_s"]) / 3600, True, int(row["round"])
-    last = rows[-1] if rows else {"sim_time_s": 0.0, "round": 0}
-    return float(last["sim_time_s"]) / 3600, False, int(last["round"])
-
-
-def report(folder: Path, target: float = float(PLATEAU_SETTINGS["target_accuracy"])) -> Path:
-    """plateau-policies.md in `folder`: per arm and seed, time to target (or the bound a run
-    cut off gives), rounds, mean k and round time, and each arm against the seed's best
-    static k that reached the target."""
-    runs: dict[tuple[str, int], list[dict]] = {}
-    for path in sorted(folder.glob("*-seed*.csv")):
-        rows = list(csv.DictReader(path.open()))
-        if rows:
-            runs[arm_name(path)] = rows
-    if not runs:
-        raise FileNotFoundError(f"{folder}: no <arm>-seed<N>.csv to report")
-    lines = [
-        f"# Time to {target:.0%} per arm (the plateau regime, uniform set-up)",
-        "",
-        "| arm | seed | hours to target | rounds | mean k | k range | mean round (s) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    results = {}
-    for (arm, seed), rows in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        hours, reached, rounds = time_to_target(rows, target)
-        results[(arm, seed)] = (hours, reached)
-        ks = [int(r["k"]) for r in rows[:rounds]]
-        mean_round = np.mean([float(r["round_time_s"]) for r in rows[:rounds]])
-        shown = f"{hours:.3f}" if reached else f"> {hours:.3f} (cut off)"
-        lines.append(
-            f"| {arm} | {seed} | {shown} | {rounds} | {np.mean(ks):.1f} | "
-            f"{min(ks)}-{max(ks)} | {mean_round:.1f} |"
-        )
-    lines += ["", "Against the seed's fastest static k that reached the target:", ""]
-    for seed in sorted({s for _, s in results}):
-        static = {a: h for (a, s), (h, ok) in results.items() if s == seed and ok and "static" in a}
-        if not static:
-            lines.append(f"- seed {seed}: no static k reached the target")
-            continue
-        best = min(static, key=static.get)
-        for (arm, s), (hours, reached) in sorted(results.items()):
-            if s == seed and "static" not in arm:
-                ratio = hours / static[best] - 1
-                bound = "" if reached else " (cut off: at least)"
-                lines.append(f"- seed {seed}: {arm} {ratio:+.1%} against {best}{bound}")
-    out = folder / "plateau-policies.md"
-    out.write_text("\n".join(lines) + "\n")
-    plot(runs, target, folder / "plateau-policies.png")
-    return out
-
-
-def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> Path:
-    """Accuracy against simulated hours (the target as a line: who crosses it first), and
-    the k each policy chose by round."""
-    from powertrip.app.report.figures import new_figure, save_figure
-
-    fig = new_figure(width=12, height=4.5)
-    left, right = fig.subplots(1, 2)
-    arms = sorted({arm for arm, _ in runs})
-    colours = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
-    seeds = sorted({seed for _, seed in runs})
-    styles = {seed: ("-", "--", ":", "-.")[i % 4] for i, seed in enumerate(seeds)}
-    for (arm, seed), rows in sorted(runs.items()):
-        hours = [float(r["sim_time_s"]) / 3600 for r in rows]
-        accuracy = [100 * float(r["accuracy"]) for r in rows]
-        style = dict(color=colours[arm], linestyle=styles[seed], linewidth=1)
-        left.plot(hours, accuracy, label=f"{arm} s{seed}", **style)
-        if "static" not in arm:
-            right.plot(range(1, len(rows) + 1), [int(r["k"]) for r in rows], **style)
-    left.axhline(100 * target, color="grey", linewidth=0.8)
-    left.set(xlabel="simulated hours", ylabel="held-out accuracy (%)", ylim=(40, 65),
-             title=f"accuracy against time (target {target:.0%})")  # fmt: skip
-    left.legend(fontsize=6, ncol=2)
-    right.set(xlabel="round", ylabel="k", yscale="log", title="k chosen by the policies")
-    return save_figure(fig, out)
-
-
 def parse_params(items: list[str]) -> dict[str, float]:
     params = {}
     for item in items:
@@ -401,7 +298,7 @@ def explain(run: RunConfig, path: Path, round_no: int | None) -> int:
     parameters and seed replay it exactly)."""
     import json
 
-    rows = list(csv.DictReader(path.open()))
+    rows = read_rows(path)
     decisions = replay(run, rows)
     pairs = list(zip(decisions, rows, strict=True))
     differ = [i for i, (d, r) in enumerate(pairs, 1) if d.k != int(r["k"])]
