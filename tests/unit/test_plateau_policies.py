@@ -196,3 +196,40 @@ def test_every_committed_uniform_service_run_of_the_online_policies_replays():
     if not replayed:
         pytest.skip("the committed service runs are not here")
     assert replayed >= 100  # the uniform, 1 GB, 2 GB, held-out, ablation... runs
+
+
+def test_the_figure_chooses_kstar_on_training_seeds_and_judges_held_out_draws(tmp_path):
+    """plateau_target's claims from made-up runs: k* = 20 on seed 0 (10 and 50 slower), 20
+    also fastest on held-out seed 5, PowerTrip +50 % there and a cut-off adaptive at least
+    +100 %, each draw of every folder listed."""
+    from powertrip.app.paper import plateau_target as P
+
+    def write(folder, name, accuracy, round_s):
+        rows = ["round,k,sites,accuracy,round_time_s,sim_time_s"]
+        k = int(name.split("-k")[1].split("-")[0]) if "static" in name else 3
+        rows += [f"{i},{k},x,{a},{round_s},{i * round_s}" for i, a in enumerate(accuracy, 1)]
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / name).write_text("\n".join(rows) + "\n")
+
+    write("call1", "static-k10-seed0.csv", [0.5, 0.6, 0.63], 3600)  # 3 h
+    write("call1", "static-k20-seed0.csv", [0.5, 0.63], 3600)  # 2 h: k*
+    write("call1", "static-k50-seed0.csv", [0.63], 3600 * 4)  # 4 h
+    write("call1", "static-k10-seed5.csv", [0.5, 0.6, 0.63], 3600)  # 3 h
+    write("call1", "static-k20-seed5.csv", [0.5, 0.63], 3600)  # 2 h
+    write("call1", "powertrip-seed5.csv", [0.5, 0.6, 0.62], 3600)  # 3 h: +50 %
+    write("call2", "adaptive-seed5.csv", [0.5, 0.5, 0.5, 0.5], 3600)  # > 4 h: >= +100 %
+    meta = {"plateau_results": str(tmp_path)}
+    draws = P.load_draws(tmp_path)
+    assert P.kstar(draws) == 20
+    rows = {r.claim: r for r in P.claims({}, meta)}
+    interior = rows["the static-k curve is convex with an interior optimum k*"]
+    assert interior.holds == "yes" and "k* = 20 of 100" in interior.ours
+    assert rows[next(c for c in rows if c.startswith("k* (chosen"))].holds == "yes"
+    powertrip = rows["PowerTrip reaches the target faster than static k*"]
+    assert powertrip.holds == "no" and "seed 5 (held out, call1): +50.0%" in powertrip.ours
+    adaptive = rows[next(c for c in rows if c.startswith("adaptive is within"))]
+    assert adaptive.holds == "no"
+    assert "+100.0% at least (not reached in 4 rounds)" in adaptive.ours
+    (table,) = P.table({}, meta)
+    assert len(table.rows) == 7
+    assert P.plots({}, tmp_path / "out", meta)[0].stat().st_size > 10_000
