@@ -26,7 +26,7 @@ services/aggregator/round_loop.py; this follows it step by step):
 
 Only the `local-steps` work model and `power: uniform` are built (Figs. 8 and 9 use both);
 anything else is refused by name. tests/unit/test_plateau_policies.py checks the first
-rounds of committed service runs (the policy's k and sites, the round times to 1e-9, the
+rounds of committed service runs (the policy's k and sites, the round times to 1e-8 s, the
 accuracy to float summation order).
 
     python -m powertrip.app.paper.plateau_policies --policy powertrip --seed 0 --out DIR
