@@ -152,14 +152,18 @@ def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> P
 
     fig = new_figure(width=12, height=4.5)
     left, right = fig.subplots(1, 2)
-    arms = sorted({arm for arm, _ in runs})
+
+    def base(arm: str) -> str:  # "adaptive [call2]" -> "adaptive": one colour per arm
+        return arm.split(" [")[0]
+
+    arms = sorted({base(arm) for arm, _ in runs})
     colours = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
     seeds = sorted({seed for _, seed in runs})
     styles = {seed: ("-", "--", ":", "-.")[i % 4] for i, seed in enumerate(seeds)}
     for (arm, seed), rows in sorted(runs.items()):
         hours = [float(r["sim_time_s"]) / 3600 for r in rows]
         accuracy = [100 * float(r["accuracy"]) for r in rows]
-        style = dict(color=colours[arm], linestyle=styles[seed], linewidth=1)
+        style = dict(color=colours[base(arm)], linestyle=styles[seed], linewidth=1)
         left.plot(hours, accuracy, label=f"{arm} s{seed}", **style)
         if "static" not in arm:
             right.plot(range(1, len(rows) + 1), [int(r["k"]) for r in rows], **style)
