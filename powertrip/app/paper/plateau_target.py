@@ -313,8 +313,9 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
     for row in rows:
         if row.holds != "yes" or row.differs:
             row.reasons.append(
-                "GPU runs, one draw each, seeds as listed; uniform set-up, lr 0.01, 21 local "
-                "steps, the whole held-out split; target 62 % (where 10 sites level off)"
+                "in-process runs (two GPU calls, one CPU batch), one draw each, seeds as "
+                "listed; uniform set-up, lr 0.01, 21 local steps, the whole held-out split; "
+                "target 62 % (where 10 sites level off)"
             )
     return C.finish(rows, {})
 
