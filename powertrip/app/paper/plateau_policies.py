@@ -216,9 +216,9 @@ def run_policy(
             chosen = [str(table.ids[r]) for r in decision.order]
             timing, durations = charged_round(run, table, np.asarray(decision.order))
             jobs = []
-            for site in chosen:
-                x, y = sites.site(site_index(site))
-                jobs.append(SiteJob(x, y, int(site_seed(run.seed, round_no, site_index(site)))))
+            for index in (site_index(site) for site in chosen):
+                x, y = sites.site(index)
+                jobs.append(SiteJob(x, y, int(site_seed(run.seed, round_no, index))))
             results = train_sites(
                 workload,
                 model,
@@ -280,15 +280,19 @@ def run_policy(
 
 
 def parse_params(items: list[str]) -> dict[str, float]:
+    """`--param NAME=VALUE`s as the policy's numbers: a number, or a choice's name
+    (`gain=separable`), through the one encoding `powertrip run --param` uses."""
+    from powertrip.core import policyparams
+
     params = {}
     for item in items:
         name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
         try:
-            params[name] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not name:
-            raise ConfigError(f"--param takes name=number, got {item!r}")
+            params[name.strip()] = policyparams.encode(name.strip(), value)
+        except ValueError as exc:
+            raise ConfigError(f"--param {exc}") from None
     return params
 
 

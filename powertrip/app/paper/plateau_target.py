@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
 from powertrip.app.paper.data import VariantData
+from powertrip.app.paper.heldout import TRAIN_SEEDS, WITHIN
 from powertrip.app.report import claims as C
 from powertrip.app.report.html import Table
 
@@ -32,10 +33,6 @@ SOURCE = Path(__file__).resolve().parents[3] / "results" / "plateau-policies"
 #: where k = 10 levels off in results/fig11-plateau/ (62 % at rounds 208-217 there): the
 #: plateau regime's target (plateau_policies.PLATEAU_SETTINGS)
 TARGET = 0.62
-#: heldout.py's split: k* is chosen on these seeds, the others are held out
-TRAINING_SEEDS = range(5)
-#: issue #31's goal for an online policy: within this of static k*
-GOAL = 0.05
 FIGURE = "8-9 (62 %)"
 
 SUITE = Suite(
@@ -103,12 +100,8 @@ def report(folder: Path, target: float = TARGET) -> Path:
     """plateau-policies.md in `folder`: per arm and seed, time to target (or the bound a run
     cut off gives), rounds, mean k and round time, and each arm against the seed's best
     static k that reached the target."""
-    runs: dict[tuple[str, int], list[dict]] = {}
-    for path in sorted(folder.glob("*-seed*.csv")):
-        rows = read_rows(path)
-        if rows:
-            runs[arm_name(path)] = rows
-    if not runs:
+    draws = load_draws(folder, target, pattern="*-seed*.csv")
+    if not draws:
         raise FileNotFoundError(f"{folder}: no <arm>-seed<N>.csv to report")
     lines = [
         f"# Time to {target:.0%} per arm (the plateau regime, uniform set-up)",
@@ -116,32 +109,29 @@ def report(folder: Path, target: float = TARGET) -> Path:
         "| arm | seed | hours to target | rounds | mean k | k range | mean round (s) |",
         "|---|---|---|---|---|---|---|",
     ]
-    results = {}
-    for (arm, seed), rows in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        hours, reached, rounds = time_to_target(rows, target)
-        results[(arm, seed)] = (hours, reached)
-        ks = [int(r["k"]) for r in rows[:rounds]]
-        mean_round = np.mean([float(r["round_time_s"]) for r in rows[:rounds]])
-        shown = f"{hours:.3f}" if reached else f"> {hours:.3f} (cut off)"
+    draws.sort(key=lambda x: (x.seed, x.arm))
+    for x in draws:
+        mean_round = np.mean([float(r["round_time_s"]) for r in x.rows[: x.rounds]])
+        shown = f"{x.hours:.3f}" if x.reached else f"> {x.hours:.3f} (cut off)"
         lines.append(
-            f"| {arm} | {seed} | {shown} | {rounds} | {np.mean(ks):.1f} | "
-            f"{min(ks)}-{max(ks)} | {mean_round:.1f} |"
+            f"| {x.arm} | {x.seed} | {shown} | {x.rounds} | {np.mean(x.ks):.1f} | "
+            f"{min(x.ks)}-{max(x.ks)} | {mean_round:.1f} |"
         )
     lines += ["", "Against the seed's fastest static k that reached the target:", ""]
-    for seed in sorted({s for _, s in results}):
-        static = {a: h for (a, s), (h, ok) in results.items() if s == seed and ok and "static" in a}
+    for seed in sorted({x.seed for x in draws}):
+        static = {x.arm: x.hours for x in draws if x.seed == seed and x.reached and x.static_k}
         if not static:
             lines.append(f"- seed {seed}: no static k reached the target")
             continue
-        best = min(static, key=static.get)
-        for (arm, s), (hours, reached) in sorted(results.items()):
-            if s == seed and "static" not in arm:
-                ratio = hours / static[best] - 1
-                bound = "" if reached else " (cut off: at least)"
-                lines.append(f"- seed {seed}: {arm} {ratio:+.1%} against {best}{bound}")
+        best = min(static, key=static.__getitem__)
+        for x in draws:
+            if x.seed == seed and x.static_k is None:
+                ratio = x.hours / static[best] - 1
+                bound = "" if x.reached else " (cut off: at least)"
+                lines.append(f"- seed {seed}: {x.arm} {ratio:+.1%} against {best}{bound}")
     out = folder / "plateau-policies.md"
     out.write_text("\n".join(lines) + "\n")
-    plot(runs, target, folder / "plateau-policies.png")
+    plot({(x.arm, x.seed): x.rows for x in draws}, target, folder / "plateau-policies.png")
     return out
 
 
@@ -188,6 +178,8 @@ class Draw:
     reached: bool
     rounds: int
     ks: tuple[int, ...]
+    #: the CSV's rounds, as text
+    rows: tuple[dict, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def static_k(self) -> int | None:
@@ -198,18 +190,26 @@ class Draw:
         return f"{self.hours:.2f} h" if self.reached else f"> {self.hours:.2f} h"
 
 
-def load_draws(folder: Path = SOURCE) -> list[Draw]:
-    """Every `<arm>-seed<N>.csv` in `folder`'s sub-folders, as draws."""
+def load_draws(
+    folder: Path = SOURCE, target: float = TARGET, pattern: str = "*/*-seed*.csv"
+) -> list[Draw]:
+    """Every `<arm>-seed<N>.csv` in `folder`'s sub-folders (or as `pattern` says), as
+    draws."""
     draws = []
-    for path in sorted(folder.glob("*/*-seed*.csv")):
+    for path in sorted(folder.glob(pattern)):
         rows = read_rows(path)
         if not rows:
             continue
         arm, seed = arm_name(path)
-        hours, reached, rounds = time_to_target(rows, TARGET)
+        hours, reached, rounds = time_to_target(rows, target)
         ks = tuple(int(r["k"]) for r in rows[:rounds])
-        draws.append(Draw(arm, seed, path.parent.name, hours, reached, rounds, ks))
+        draws.append(Draw(arm, seed, path.parent.name, hours, reached, rounds, ks, tuple(rows)))
     return draws
+
+
+def committed_draws(meta: Mapping[str, Any]) -> list[Draw]:
+    """The figure's draws: the committed runs, or `meta["plateau_results"]` (tests)."""
+    return load_draws(Path(meta.get("plateau_results") or SOURCE))
 
 
 def static_hours(draws: Sequence[Draw], seeds) -> dict[int, float]:
@@ -225,7 +225,7 @@ def static_hours(draws: Sequence[Draw], seeds) -> dict[int, float]:
 
 def kstar(draws: Sequence[Draw]) -> int | None:
     """The static k fastest on the training seeds."""
-    hours = static_hours(draws, TRAINING_SEEDS)
+    hours = static_hours(draws, TRAIN_SEEDS)
     return min(hours, key=hours.__getitem__) if hours else None
 
 
@@ -239,18 +239,18 @@ def against_kstar(draws: Sequence[Draw], arm: str, k: int) -> list[tuple[Draw, f
 
 def _per_seed(pairs: Sequence[tuple[Draw, float]]) -> str:
     parts = []
-    for d, rel in sorted(pairs, key=lambda p: (p[0].seed not in TRAINING_SEEDS, p[0].seed)):
-        kind = "training" if d.seed in TRAINING_SEEDS else "held out"
+    for d, rel in sorted(pairs, key=lambda p: (p[0].seed not in TRAIN_SEEDS, p[0].seed)):
+        kind = "training" if d.seed in TRAIN_SEEDS else "held out"
         bound = "" if d.reached else f" at least (not reached in {d.rounds} rounds)"
         parts.append(f"seed {d.seed} ({kind}, {d.source}): {rel:+.1%}{bound}")
     return "; ".join(parts) if parts else "not run"
 
 
 def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.ClaimRow]:
-    draws = load_draws(Path(meta.get("plateau_results") or SOURCE))
+    draws = committed_draws(meta)
     seeds = len({x.seed for x in draws})
     k = kstar(draws)
-    training = static_hours(draws, TRAINING_SEEDS)
+    training = static_hours(draws, TRAIN_SEEDS)
     sweep = ", ".join(f"k = {kk}: {h:.2f} h" for kk, h in sorted(training.items()))
     interior = k is not None and k not in (min(training), max(training))
     rows = [
@@ -264,7 +264,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
             differs=k != 70,
         )
     ]
-    held = sorted({x.seed for x in draws if x.seed not in TRAINING_SEEDS})
+    held = sorted({x.seed for x in draws if x.seed not in TRAIN_SEEDS})
     wins = []
     for seed in held:
         times = static_hours(draws, [seed])
@@ -293,13 +293,13 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
         ),
         (
             "adaptive",
-            f"adaptive is within {GOAL:.0%} of static k* (issue #31's goal)",
+            f"adaptive is within {WITHIN:.0%} of static k* (issue #31's goal)",
             "(not in the paper)",
-            lambda rels: "yes" if all(r <= GOAL for r in rels) else "no",
+            lambda rels: "yes" if all(r <= WITHIN for r in rels) else "no",
         ),
     ):
         pairs = against_kstar(draws, arm, k) if k else []
-        held_rels = [rel for x, rel in pairs if x.seed not in TRAINING_SEEDS]
+        held_rels = [rel for x, rel in pairs if x.seed not in TRAIN_SEEDS]
         row = C.ClaimRow(
             FIGURE.replace("8-9", "9"),
             claim,
@@ -321,12 +321,12 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
 
 
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
-    draws = load_draws(Path(meta.get("plateau_results") or SOURCE))
+    draws = committed_draws(meta)
     rows = [
         [
             x.arm,
             str(x.seed),
-            "training" if x.seed in TRAINING_SEEDS else "held out",
+            "training" if x.seed in TRAIN_SEEDS else "held out",
             x.source,
             x.shown(),
             str(x.rounds),
@@ -341,13 +341,5 @@ def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
 
 
 def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
-    folder = Path(meta.get("plateau_results") or SOURCE)
-    runs = {}
-    for path in sorted(folder.glob("*/*-seed*.csv")):
-        arm, seed = arm_name(path)
-        rows = read_rows(path)
-        if rows:
-            runs[(f"{arm} [{path.parent.name}]", seed)] = rows
-    if not runs:
-        return []
-    return [plot(runs, TARGET, out / "plateau-target.png")]
+    runs = {(f"{x.arm} [{x.source}]", x.seed): list(x.rows) for x in committed_draws(meta)}
+    return [plot(runs, TARGET, out / "plateau-target.png")] if runs else []
