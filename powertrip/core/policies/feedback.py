@@ -26,6 +26,31 @@ def rounds_without_gain(accuracies: list[float]) -> int:
     return streak
 
 
+def stall_floor(
+    accuracies: list[float], ks: list[int], stall_rounds: int, step: int, n: int
+) -> tuple[int, int]:
+    """(floor on k, rounds since the last new best accuracy or floor rise) for the
+    `stall_rounds` option (not the paper's).
+
+    A fixed set of sites levels off at an accuracy set by the data it holds (at the plateau
+    target 7 sites stopped at 59-60 %, results/plateau-policies): once no round has beaten
+    the best accuracy for `stall_rounds` rounds, the floor rises to `step` sites above the
+    largest k of those rounds (at most n), and the count starts again. Replayed from the
+    whole history, so a policy that uses it stays a pure function of its history."""
+    best = -math.inf
+    floor = since = largest = 0
+    for acc, k in zip(accuracies, ks, strict=True):
+        if acc > best:
+            best, since, largest = acc, 0, 0
+            continue
+        since += 1
+        largest = max(largest, k)
+        if since >= stall_rounds:
+            floor = min(n, max(floor, largest) + step)
+            since = largest = 0
+    return floor, since
+
+
 def recent_gain(accuracies: list[float], window: int) -> float:
     """Mean per-round accuracy change over the last `window` rounds (first round: vs 0)."""
     series = [0.0, *accuracies]

@@ -41,7 +41,11 @@ Options that are not the paper's, off by default, each a row of the ablation:
 `calibrate=1` scales T-hat(k) by T_last / T-hat(k_cur) (estimates in measured units);
 `rule=feedback` is the rule this project used before (`powertrip_feedback.py`: projected gain
 g (1 + phi ln(k/k_cur)), a doubling window, hold / revert / retry; its `gain=separable`
-variant is the rule before that).
+variant is the rule before that); `stall_rounds=R` puts a floor under k once the accuracy has
+not beaten its best for R rounds: `window` sites above the largest k of those rounds
+(`feedback.stall_floor`). Why the last: the log term projects the same gain for a set that
+has levelled off on its data as for one still learning, so at the plateau target the rule
+stayed at 7 sites for 800 rounds, 2 points short (results/plateau-policies/README.md).
 """
 
 from __future__ import annotations
@@ -59,7 +63,12 @@ from powertrip.core.policies.base import (
     rounded,
     small_k0,
 )
-from powertrip.core.policies.feedback import gains_of, measured_efficiency, realised_below
+from powertrip.core.policies.feedback import (
+    gains_of,
+    measured_efficiency,
+    realised_below,
+    stall_floor,
+)
 from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
 from powertrip.core.policyparams import decode
 
@@ -71,6 +80,24 @@ def auto_k0(num_alive: int) -> int:
 
 def auto_window(num_alive: int) -> int:
     return max(1, round(0.05 * num_alive))
+
+
+def apply_stall_floor(
+    k: int, ctx: Context, rounds: int, step: int, n: int, explanation: dict
+) -> int:
+    """k raised to the `stall_rounds` floor (an option, not the paper's); says so when it
+    binds."""
+    floor, since = stall_floor(
+        [h.accuracy for h in ctx.history], [int(h.k) for h in ctx.history], rounds, step, n
+    )
+    explanation.update(stall_floor=floor, rounds_without_new_best=since)
+    if floor > k:
+        explanation["reason"] += (
+            f"; raised to the floor k={floor} (stall_rounds {rounds}: a set that stopped "
+            "beating the best accuracy for that many rounds is not enough)"
+        )
+        return floor
+    return k
 
 
 def greedy_addition(eff_next: np.ndarray, measured: float) -> int:
@@ -94,7 +121,9 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         "stopping at the first that does not, at most `window` sites (0: 5 % of sites) "
         "above k_cur. dA(k) = g log(1+k)/log(1+k_cur), g the mean gain of the last "
         "`trend_rounds` rounds; T(k) the request's estimator. Options off by default: "
-        "calibrate=1 (T-hat in measured units), rule=feedback (the previous rule)."
+        "calibrate=1 (T-hat in measured units), rule=feedback (the previous rule), "
+        "stall_rounds=R (after R rounds without a new best accuracy, k stays at least "
+        "`window` sites above the largest k of those rounds)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 2 % of the alive sites); rule=feedback: max(2, 5 %)
@@ -106,6 +135,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         "calibrate": 0.0,  # 1: scale T-hat to the last measured round time (not the paper's)
         "rule": 0.0,  # 0 = paper, 1 = feedback (powertrip.core.policyparams)
         "gain": 0.0,  # rule=feedback only: 0 = feedback, 1 = separable
+        "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
     }
     #: how the sites are ranked, for the explanation
     ranking = "power-to-cost score (Eq. 8)"
@@ -156,6 +186,8 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             k = self._feedback(ctx, p, accuracies, times, window, n, explanation)
         else:
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
+        if ctx.history and p["stall_rounds"] > 0:
+            k = apply_stall_floor(k, ctx, int(p["stall_rounds"]), window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
