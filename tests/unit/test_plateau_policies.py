@@ -233,3 +233,30 @@ def test_the_figure_chooses_kstar_on_training_seeds_and_judges_held_out_draws(tm
     (table,) = P.table({}, meta)
     assert len(table.rows) == 7
     assert P.plots({}, tmp_path / "out", meta)[0].stat().st_size > 10_000
+
+
+def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_path):
+    """The stall option never binds before seed 7's PowerTrip reached 62 % (no 20 rounds
+    without a new best), so that run is also the option's; on seed 6 it binds at round 244
+    (7 sites stalled at 57.4 %), so that run is not."""
+    from powertrip.app.paper import plateau_target as P
+
+    committed = {
+        7: P.SOURCE / "cpu" / "powertrip-seed7.csv",
+        6: P.SOURCE / "call2" / "powertrip-seed6.csv",
+    }
+    if not all(path.exists() for path in committed.values()):
+        pytest.skip("the committed plateau runs are not here")
+    for path in committed.values():
+        (tmp_path / "runs").mkdir(exist_ok=True)
+        (tmp_path / "runs" / path.name).write_bytes(path.read_bytes())
+    draws = P.load_draws(tmp_path)
+    replayed = P.replayed_draws(draws, P.STALL_ARM)
+    assert [(d.arm, d.seed, d.source) for d in replayed] == [(P.STALL_ARM, 7, "runs, replayed")]
+    assert replayed[0].hours == next(d.hours for d in draws if d.seed == 7)
+    seed6 = next(d for d in draws if d.seed == 6)
+    from powertrip.app.paper.plateau_policies import plateau_config, replay
+
+    decisions = replay(plateau_config("powertrip", {"stall_rounds": 20.0}, 6), list(seed6.rows))
+    first = next(i for i, (d, k) in enumerate(zip(decisions, seed6.ks, strict=True), 1) if d.k != k)
+    assert first == 244 and decisions[first - 1].k == 12  # 7 sites stalled: floor 7 + 5

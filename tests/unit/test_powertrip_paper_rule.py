@@ -10,7 +10,7 @@ import pytest
 
 from powertrip.core.policies import Context, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
-from powertrip.core.policies.feedback import realised_below
+from powertrip.core.policies.feedback import realised_below, stall_floor
 from powertrip.core.policies.powertrip import auto_k0, greedy_addition
 
 GB = 1e9
@@ -143,3 +143,35 @@ def test_the_rule_is_named_and_the_previous_one_stays_selectable():
     assert old.explanation["rule"] == "feedback"
     assert "phase" in old.explanation  # the invented phi lives only there
     assert "phase" not in decide(t, [2, 2, 2], [0.02, 0.04, 0.06], [200.0] * 3).explanation
+
+
+def test_stall_floor_rises_above_the_largest_set_that_stopped_improving():
+    # the best (0.2) comes at round 2; rounds 3-5 do not beat it at k 7, 2, 7: after 3 such
+    # rounds the floor is 7 + 5, and the count starts again
+    assert stall_floor([0.1, 0.2, 0.2, 0.19, 0.2], [2, 7, 7, 2, 7], 3, 5, 100) == (12, 0)
+    # a new best afterwards keeps the floor (it never falls) and resets the count
+    assert stall_floor([0.1, 0.2, 0.2, 0.2, 0.2, 0.3], [2, 7, 7, 2, 7, 12], 3, 5, 100) == (12, 0)
+    # no new best at the new floor for 3 more rounds: 12 + 5
+    accs = [0.1, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    assert stall_floor(accs, [2, 7, 7, 2, 7, 12, 12, 12], 3, 5, 100) == (17, 0)
+    # two rounds without a new best are not yet a stall; the floor is capped at the sites
+    assert stall_floor([0.1, 0.2, 0.2, 0.2], [2, 99, 99, 99], 3, 5, 100) == (0, 2)
+    assert stall_floor([0.2, 0.2, 0.2, 0.2], [99] * 4, 3, 5, 100) == (100, 0)
+
+
+def test_stall_rounds_is_off_by_default_and_binds_only_after_a_stall():
+    t = table()
+    # no gain in the last 3 rounds: the paper's rule holds k = 4 ("no recent accuracy gain")
+    ks, accs, times = [4] * 5, [0.3, 0.31, 0.31, 0.30, 0.30], [100.0] * 5
+    plain = decide(t, ks, accs, times, patience=0)
+    assert plain.k == 4 and "stall_floor" not in plain.explanation
+    # rounds 3-5 did not beat 0.31: with stall_rounds = 3 the floor is 4 + window 5 = 9
+    raised = decide(t, ks, accs, times, patience=0, stall_rounds=3)
+    assert raised.k == 9 and raised.explanation["stall_floor"] == 9
+    assert "raised to the floor k=9" in raised.explanation["reason"]
+    assert len(raised.order) == 9 and [int(i) for i in raised.order[:4]] == [0, 1, 2, 3]
+    # one stalled round short of 3: the option does not bind and the decision is the plain one
+    short = decide(t, ks[:4], accs[:4], times[:4], patience=0, stall_rounds=3)
+    assert short.k == decide(t, ks[:4], accs[:4], times[:4], patience=0).k
+    assert short.explanation["stall_floor"] == 0
+    assert short.explanation["rounds_without_new_best"] == 2

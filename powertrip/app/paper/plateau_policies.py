@@ -170,6 +170,16 @@ def replay(run: RunConfig, rows: list[dict]) -> list:
     return decisions
 
 
+def replays_as_written(run: RunConfig, rows: list[dict]) -> bool:
+    """Whether `run`'s policy, replayed on the written rounds, chooses every round's sites
+    as written (the same k and the same sites, in rank order)."""
+    table = site_table(run)
+    return all(
+        list(decision.order) == list(table.rows_of(row["sites"].split(";")))
+        for decision, row in zip(replay(run, rows), rows, strict=True)
+    )
+
+
 def run_policy(
     run: RunConfig,
     out_csv: Path,
