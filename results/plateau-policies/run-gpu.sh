@@ -30,4 +30,4 @@ for run in $RUNS; do
 done
 wait
 for log in "$OUT"/csv/*.log; do echo "== $log"; tail -n 2 "$log"; done
-tar -C "$OUT" -czf "$OUT/plateau-policies.tgz" csv
+tar -C "$OUT" --exclude="*.ckpt.pt" -czf "$OUT/plateau-policies.tgz" csv

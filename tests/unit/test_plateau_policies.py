@@ -260,3 +260,46 @@ def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_p
     decisions = replay(plateau_config("powertrip", {"stall_rounds": 20.0}, 6), list(seed6.rows))
     first = next(i for i, (d, k) in enumerate(zip(decisions, seed6.ks, strict=True), 1) if d.k != k)
     assert first == 244 and decisions[first - 1].k == 12  # 7 sites stalled: floor 7 + 5
+
+
+@pytest.mark.slow
+def test_a_resumed_run_is_the_run_that_was_not_stopped(tmp_path, monkeypatch):
+    """Interrupted in round 4 (after a checkpoint at round 2), resumed to round 5: every
+    column but the wall clock equals an uninterrupted run's, and the checkpoint holds the
+    3 finished rounds. Another run's checkpoint, or none, is refused by name."""
+    import torch
+
+    from powertrip.app.paper import plateau_policies as P
+
+    settings = {**COMMITTED, "eval_samples": 500, "local_steps": 3}
+    run = plateau_config("powertrip", {}, 0, **settings)
+    quiet = {"log": lambda *_: None}
+    straight = tmp_path / "straight.csv"
+    P.run_policy(run, straight, max_rounds=5, **quiet)
+
+    monkeypatch.setattr(P, "CHECKPOINT_EVERY", 2)
+    charged = P.charged_round
+
+    def stop_in_round_4(run_, table, rows):
+        if len(P.read_rows(resumed)) == 3:
+            raise KeyboardInterrupt
+        return charged(run_, table, rows)
+
+    resumed = tmp_path / "resumed.csv"
+    monkeypatch.setattr(P, "charged_round", stop_in_round_4)
+    with pytest.raises(KeyboardInterrupt):
+        P.run_policy(run, resumed, max_rounds=5, **quiet)
+    monkeypatch.setattr(P, "charged_round", charged)
+    state = torch.load(P.checkpoint_path(resumed), weights_only=True)
+    assert state["round"] == 3 and len(state["history"]) == 3
+    P.run_policy(run, resumed, max_rounds=5, resume=True, **quiet)
+
+    def columns(path):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in P.read_rows(path)]
+
+    assert len(columns(resumed)) == 5 and columns(resumed) == columns(straight)
+    other = plateau_config("powertrip", {}, 1, **settings)
+    with pytest.raises(ConfigError, match="written by a run with other settings"):
+        P.run_policy(other, resumed, max_rounds=6, resume=True, **quiet)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        P.run_policy(run, tmp_path / "none.csv", resume=True, **quiet)

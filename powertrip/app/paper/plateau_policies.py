@@ -31,6 +31,8 @@ accuracy to float summation order).
 
     python -m powertrip.app.paper.plateau_policies --policy powertrip --seed 0 --out DIR
     python -m powertrip.app.paper.plateau_policies --policy static --param k=10 --out DIR
+    python -m powertrip.app.paper.plateau_policies --policy powertrip --out DIR --resume \
+        --set max_rounds=800   # on from DIR/powertrip-seed0.ckpt.pt
     python -m powertrip.app.paper.plateau_policies --report DIR   # DIR/plateau-policies.md
     python -m powertrip.app.paper.plateau_policies --explain DIR/powertrip-seed0.csv --round 200
 """
@@ -180,6 +182,86 @@ def replays_as_written(run: RunConfig, rows: list[dict]) -> bool:
     )
 
 
+#: RunConfig fields that say how long or with what resources a run goes, not what it
+#: computes: a resumed run may change them (e.g. a higher round limit)
+RESUMABLE_CHANGES = frozenset(
+    {"max_rounds", "max_sim_hours", "data_dir", "train_threads", "workers",
+     "threads_per_worker", "round_deadline_s", "checkpoint"}
+)  # fmt: skip
+#: a checkpoint is written after every this many rounds (and when the run is interrupted)
+CHECKPOINT_EVERY = 10
+
+
+def checkpoint_path(out_csv: Path) -> Path:
+    """The run's checkpoint beside its CSV: the weights and history after a round."""
+    return out_csv.with_suffix(".ckpt.pt")
+
+
+def identity_of(run: RunConfig) -> dict:
+    """What a run computes: the settings a resumed run must share with the checkpoint."""
+    return {k: v for k, v in run.to_dict().items() if k not in RESUMABLE_CHANGES}
+
+
+def save_checkpoint(path: Path, run: RunConfig, weights: dict, history: list, sim_time: float):
+    """Atomically write the state after round len(history): weights on the CPU, the history
+    as plain lists (torch.load(weights_only=True) reads it back without unpickling code)."""
+    import torch
+
+    state = {
+        "format": 1,
+        "identity": repr(sorted(identity_of(run).items())),
+        "round": len(history),
+        "sim_time_s": sim_time,
+        "weights": {n: v.detach().cpu() for n, v in weights.items()},
+        "history": [
+            [
+                int(h.round),
+                int(h.k),
+                float(h.accuracy),
+                float(h.round_time_s),
+                [str(x) for x in h.site_ids],
+                [str(x) for x in h.reported_site_ids],
+                [float(x) for x in h.site_train_loss],
+                [int(x) for x in h.site_num_samples],
+                [float(x) for x in h.site_duration_s],
+            ]
+            for h in history
+        ],  # fmt: skip
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path, run: RunConfig, out_csv: Path, device: str):
+    """(weights, history, sim_time, rows) to go on from: the checkpoint's state and the
+    CSV's rows up to its round. A checkpoint of another run, or a CSV that lacks its
+    rounds, is refused by name."""
+    import torch
+
+    from powertrip.core.policies import PastRound
+
+    if not path.exists():
+        raise ConfigError(f"--resume: no checkpoint {path} (a run writes one every "
+                          f"{CHECKPOINT_EVERY} rounds and when interrupted)")  # fmt: skip
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("format") != 1:
+        raise ConfigError(f"--resume: {path} is not a plateau runner's checkpoint")
+    if state["identity"] != repr(sorted(identity_of(run).items())):
+        raise ConfigError(f"--resume: {path} was written by a run with other settings "
+                          "(policy, parameters, seed or learning); start a new one")  # fmt: skip
+    done = int(state["round"])
+    rows = read_rows(out_csv) if out_csv.exists() else []
+    if [int(r["round"]) for r in rows[:done]] != list(range(1, done + 1)):
+        raise ConfigError(f"--resume: {out_csv} does not hold rounds 1-{done} of the checkpoint")
+    history = [
+        PastRound(int(h[0]), int(h[1]), float(h[2]), float(h[3]), *(tuple(x) for x in h[4:]))
+        for h in state["history"]
+    ]
+    weights = {n: v.to(device) for n, v in state["weights"].items()}
+    return weights, history, float(state["sim_time_s"]), rows[:done]
+
+
 def run_policy(
     run: RunConfig,
     out_csv: Path,
@@ -187,10 +269,15 @@ def run_policy(
     device: str = "cpu",
     trainer: str = "loop",
     max_rounds: int | None = None,
+    resume: bool = False,
     log=print,
 ) -> list[dict]:
     """Run `run` to its target or its round limit (`max_rounds` overrides it); write a row
-    per round to `out_csv` as it goes (a run cut short keeps its rounds) and return them."""
+    per round to `out_csv` as it goes (a run cut short keeps its rounds) and return them.
+    A checkpoint beside the CSV holds the state after every CHECKPOINT_EVERY rounds and
+    after the last finished round of an interrupted run; `resume` goes on from it (the
+    task seeds depend only on seed, round and site, so on one machine kind a resumed run
+    is the run that was not stopped)."""
     import torch
 
     from powertrip.app.paper.fig11_plateau import weighted_delta_applied
@@ -204,6 +291,11 @@ def run_policy(
     workload = get_workload(run.workload)
     policy = get_policy(run.policy)
     table = site_table(run)
+    ckpt = checkpoint_path(out_csv)
+    if resume:
+        weights, history, sim_time, rows = load_checkpoint(ckpt, run, out_csv, device)
+    else:
+        history, rows, sim_time = [], [], 0.0
     sites = workload.site_data(run.data_dir, run.num_sites, run.seed)
     dataset = workload.load(run.data_dir, run.seed)
     eval_seed = run.seed if workload.defaults.eval_seed is None else workload.defaults.eval_seed
@@ -211,46 +303,51 @@ def run_policy(
     test_x, test_y = dataset.test.x[ix], dataset.test.y[ix]
     torch.manual_seed(run.seed)  # the aggregator's initial weights
     model = workload.build_model().to(device)
-    weights = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    if not resume:
+        weights = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    model.load_state_dict(weights)
     target = run.target_accuracy if run.target_accuracy else math.inf
-    history: list[PastRound] = []
-    rows: list[dict] = []
-    sim_time = 0.0
+    if rows and float(rows[-1]["accuracy"]) >= target:
+        log(f"{run.policy} seed {run.seed}: reached the target in round {len(rows)} already")
+        return rows
+    wall_before = float(rows[-1]["wall_s"]) if rows else 0.0
+    saved = len(history)
     start = time.monotonic()
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     with out_csv.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
-        for round_no in range(1, (max_rounds or run.max_rounds) + 1):
-            decision = policy.select(context_of(run, table, history, round_no))
-            chosen = [str(table.ids[r]) for r in decision.order]
-            timing, durations = charged_round(run, table, np.asarray(decision.order))
-            jobs = []
-            for index in (site_index(site) for site in chosen):
-                x, y = sites.site(index)
-                jobs.append(SiteJob(x, y, int(site_seed(run.seed, round_no, index))))
-            results = train_sites(
-                workload,
-                model,
-                jobs,
-                steps=run.local_steps,
-                lr=run.lr,
-                batch_size=run.batch_size,
-                trainer=trainer,
-                site_batch=len(jobs) if trainer == "vmap" else 1,
-                channels_last=run.channels_last,
-                optimizer=workload.defaults.optimizer,
-                fused_sgd=run.fused_sgd,
-                delta_device=None,
-            )
-            counts = [r.num_samples for r in results]
-            weights = weighted_delta_applied(weights, [r.delta for r in results], counts)
-            model.load_state_dict(weights)
-            accuracy, loss = evaluate(workload, model, test_x, test_y)
-            sim_time += timing.round_time_s
-            losses = [float(r.mean_loss) for r in results]
-            history.append(
-                PastRound(
+        writer.writerows(rows)
+        handle.flush()
+        try:
+            for round_no in range(len(history) + 1, (max_rounds or run.max_rounds) + 1):
+                decision = policy.select(context_of(run, table, history, round_no))
+                chosen = [str(table.ids[r]) for r in decision.order]
+                timing, durations = charged_round(run, table, np.asarray(decision.order))
+                jobs = []
+                for index in (site_index(site) for site in chosen):
+                    x, y = sites.site(index)
+                    jobs.append(SiteJob(x, y, int(site_seed(run.seed, round_no, index))))
+                results = train_sites(
+                    workload,
+                    model,
+                    jobs,
+                    steps=run.local_steps,
+                    lr=run.lr,
+                    batch_size=run.batch_size,
+                    trainer=trainer,
+                    site_batch=len(jobs) if trainer == "vmap" else 1,
+                    channels_last=run.channels_last,
+                    optimizer=workload.defaults.optimizer,
+                    fused_sgd=run.fused_sgd,
+                    delta_device=None,
+                )
+                counts = [r.num_samples for r in results]
+                new_weights = weighted_delta_applied(weights, [r.delta for r in results], counts)
+                model.load_state_dict(new_weights)
+                accuracy, loss = evaluate(workload, model, test_x, test_y)
+                losses = [float(r.mean_loss) for r in results]
+                past = PastRound(
                     round_no,
                     len(chosen),
                     accuracy,
@@ -261,31 +358,40 @@ def run_policy(
                     tuple(counts),
                     tuple(durations[s] for s in chosen),
                 )  # fmt: skip
-            )
-            row = {
-                "round": round_no,
-                "policy": run.policy,
-                "k": len(chosen),
-                "sites": ";".join(chosen),
-                "accuracy": accuracy,
-                "loss": loss,
-                "train_loss": float(np.mean(losses)),
-                "round_time_s": timing.round_time_s,
-                "sim_time_s": sim_time,
-                "predicted_round_time_s": decision.predicted_round_time_s,
-                "straggler": timing.straggler,
-                "wall_s": round(time.monotonic() - start, 3),
-            }
-            writer.writerow(row)
-            handle.flush()
-            rows.append(row)
-            if round_no % 10 == 0 or accuracy >= target:
-                log(
-                    f"{run.policy} seed {run.seed}: round {round_no}, k {len(chosen)}, "
-                    f"accuracy {accuracy:.4f}, {sim_time / 3600:.3f} h"
-                )
-            if accuracy >= target:
-                break
+                row = {
+                    "round": round_no,
+                    "policy": run.policy,
+                    "k": len(chosen),
+                    "sites": ";".join(chosen),
+                    "accuracy": accuracy,
+                    "loss": loss,
+                    "train_loss": float(np.mean(losses)),
+                    "round_time_s": timing.round_time_s,
+                    "sim_time_s": sim_time + timing.round_time_s,
+                    "predicted_round_time_s": decision.predicted_round_time_s,
+                    "straggler": timing.straggler,
+                    "wall_s": round(wall_before + time.monotonic() - start, 3),
+                }
+                writer.writerow(row)
+                handle.flush()
+                # the round is done only now: an interrupt before this keeps the last one
+                weights, sim_time = new_weights, sim_time + timing.round_time_s
+                history.append(past)
+                rows.append(row)
+                if round_no % CHECKPOINT_EVERY == 0:
+                    save_checkpoint(ckpt, run, weights, history, sim_time)
+                    saved = round_no
+                if round_no % 10 == 0 or accuracy >= target:
+                    log(
+                        f"{run.policy} seed {run.seed}: round {round_no}, k {len(chosen)}, "
+                        f"accuracy {accuracy:.4f}, {sim_time / 3600:.3f} h"
+                    )
+                if accuracy >= target:
+                    break
+        except KeyboardInterrupt:
+            if len(history) > saved:
+                save_checkpoint(ckpt, run, weights, history, sim_time)
+            raise
     return rows
 
 
@@ -345,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay the --policy's decisions over a written run's rounds and "
                         "print why it chose each k (--round N: that round only)")  # fmt: skip
     parser.add_argument("--round", type=int, help="with --explain: the round to explain")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the checkpoint beside the run's CSV "
+                        "(<arm>-seed<N>.ckpt.pt; --set max_rounds=N to go further)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.report:
         print(f"written: {report(args.report)}")
@@ -367,10 +476,16 @@ def main(argv: list[str] | None = None) -> int:
         return explain(run, args.explain, args.round)
     arm = args.arm or "-".join([args.policy] + [f"{k}{v:g}" for k, v in sorted(params.items())])
     out_csv = args.out / f"{arm}-seed{args.seed}.csv"
-    device, trainer = args.device, args.trainer
-    return run_cli_job(
-        out_csv, device, lambda: run_policy(run, out_csv, device=device, trainer=trainer)
-    )
+    device, trainer, resume = args.device, args.trainer, args.resume
+    try:
+        return run_cli_job(
+            out_csv,
+            device,
+            lambda: run_policy(run, out_csv, device=device, trainer=trainer, resume=resume),
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
