@@ -51,10 +51,11 @@ TABLE_TITLE = "Time to 62 % per run (one draw each)"
 #: whose runs test a way out of the plateau trap the paper's rule fell into on seed 6
 STALL_ARM = "powertrip-stall_rounds20"
 NOTES = (
-    "No runs here: read from the GPU runs committed in results/plateau-policies/ (made with "
-    "its run-gpu.sh by powertrip/app/paper/plateau_policies.py, the services' computation "
-    "in one process). Uniform set-up; lr 0.01, 21 local steps of batch 20, the whole held-out "
-    "split evaluated; target 62 %.",
+    "No runs here: read from the GPU and CPU runs committed in results/plateau-policies/ "
+    "(made by powertrip/app/paper/plateau_policies.py, the services' computation in one "
+    "process; on a GPU with its run-gpu.sh). A plain PowerTrip run that the stall_rounds "
+    "option replays decision for decision counts as that option's draw too. Uniform set-up; "
+    "lr 0.01, 21 local steps of batch 20, the whole held-out split evaluated; target 62 %.",
     "GPU training is not bit-reproducible between calls: each run is one draw, and near a "
     "plateau the first round past the target is sensitive to it (results/plateau-policies/"
     "README.md).",
@@ -347,7 +348,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
     for row in rows:
         if row.holds != "yes" or row.differs:
             row.reasons.append(
-                "in-process runs (two GPU calls, one CPU batch), one draw each, seeds as "
+                "in-process runs (GPU calls and CPU batches), one draw each, seeds as "
                 "listed; uniform set-up, lr 0.01, 21 local steps, the whole held-out split; "
                 "target 62 % (where 10 sites level off)"
             )
