@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from powertrip.app.paper.plateau_draws import arm_name, arm_policy, report, time_to_target
 from powertrip.app.paper.plateau_policies import (
-    PLATEAU_SETTINGS,
     main,
     plateau_config,
     replay,
     run_policy,
     site_table,
 )
-from powertrip.app.paper.plateau_target import arm_name, arm_policy, report, time_to_target
+from powertrip.app.paper.plateau_setup import PLATEAU_SETTINGS
 from powertrip.core.config import ConfigError
 
 RUNS = Path(__file__).resolve().parents[2] / "results/reproduce/runs/uniform"
@@ -255,7 +255,7 @@ def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_p
     assert [(d.arm, d.seed, d.source) for d in replayed] == [(P.STALL_ARM, 7, "runs, replayed")]
     assert replayed[0].hours == next(d.hours for d in draws if d.seed == 7)
     seed6 = next(d for d in draws if d.seed == 6)
-    from powertrip.app.paper.plateau_policies import plateau_config, replay
+    from powertrip.app.paper.plateau_setup import plateau_config, replay
 
     decisions = replay(plateau_config("powertrip", {"stall_rounds": 20.0}, 6), list(seed6.rows))
     first = next(i for i, (d, k) in enumerate(zip(decisions, seed6.ks, strict=True), 1) if d.k != k)

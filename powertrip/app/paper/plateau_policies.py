@@ -49,217 +49,27 @@ from pathlib import Path
 import numpy as np
 
 from powertrip.app.paper.fig11_plateau import run_cli_job
-from powertrip.app.paper.plateau_target import TARGET, arm_name, arm_policy, read_rows, report
+from powertrip.app.paper.plateau_checkpoint import (
+    CHECKPOINT_EVERY,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+)
+from powertrip.app.paper.plateau_draws import arm_name, arm_policy, read_rows, report
+from powertrip.app.paper.plateau_setup import (
+    charged_round,
+    check_supported,
+    context_of,
+    plateau_config,
+    replay,
+    site_table,
+)
 from powertrip.core.config import ConfigError, RunConfig, parse_setting
 
-#: the plateau regime of results/fig11-plateau/ on the uniform set-up (Figs. 8-9): the
-#: regime check's learning (lr 0.01, one mean local epoch, the whole held-out split) and the
-#: target where k = 10 levels off (62 % at rounds 208-217 there)
-PLATEAU_SETTINGS: dict[str, object] = {
-    "lr": 0.01,
-    "local_steps": 21,
-    "eval_samples": 1_000_000,  # more than the split holds: all of it
-    "target_accuracy": TARGET,
-    "max_rounds": 400,
-    "max_sim_hours": 0.0,
-}
-#: the uniform set-up's settings that differ from RunConfig's defaults (its run-config.yaml)
-UNIFORM_SETTINGS: dict[str, object] = {"update_size_gb": 1.5, "tau_s": 60.0}
 FIELDS = [
     "round", "policy", "k", "sites", "accuracy", "loss", "train_loss", "round_time_s",
     "sim_time_s", "predicted_round_time_s", "straggler", "wall_s",
 ]  # fmt: skip
-
-
-def plateau_config(policy: str, params: dict[str, float], seed: int, **settings) -> RunConfig:
-    """The run's configuration: RunConfig's defaults, the uniform set-up, the plateau regime,
-    then `settings`; resolved against the workload's defaults and checked."""
-    from powertrip.core.workloads import get_workload
-
-    values = {**UNIFORM_SETTINGS, **PLATEAU_SETTINGS, **settings}
-    values.update(policy=policy, policy_params=dict(params), seed=seed)
-    run = RunConfig().with_values(values)
-    run = run.resolved(get_workload(run.workload).defaults).validate()
-    check_supported(run)
-    return run
-
-
-def check_supported(run: RunConfig) -> None:
-    """Refuse, by name, what this loop does not model."""
-    if run.work_model != "local-steps":
-        raise ConfigError(f"work_model: only local-steps is modelled here, got {run.work_model!r}")
-    if run.power != "uniform":
-        raise ConfigError(f"power: only uniform is modelled here, got {run.power!r}")
-    if run.clock != "simulated":
-        raise ConfigError(f"clock: only simulated is modelled here, got {run.clock!r}")
-
-
-def site_table(run: RunConfig):
-    """The policy's site table, as the policy service builds it from the profiler's uniform
-    profiles (configured links, constant power, all alive)."""
-    from powertrip.core.policies import SiteTable
-    from powertrip.core.profiles import generate_population
-
-    sites = generate_population(run.population_spec())
-    return SiteTable.build(
-        ids=[s.site_id for s in sites],
-        power=[s.power_fraction for s in sites],
-        distance_miles=[s.distance_miles for s in sites],
-        latency_s=[s.latency_s for s in sites],
-        bandwidth_bytes_per_s=[s.bandwidth_bytes_per_s for s in sites],
-        update_size_bytes=run.update_size_bytes,
-        directions=run.comm_directions or 2,
-    )
-
-
-def charged_round(run: RunConfig, table, rows: np.ndarray):
-    """The simulated clock's round for the sites at `rows` of `table` (local-steps):
-    (RoundTime, {site: its compute + communication})."""
-    from powertrip.core.timemodel import SiteTime, compute_time_s, round_time, site_comm_s
-
-    _, comm = site_comm_s(
-        table.latency_s[rows],
-        table.bandwidth_bytes_per_s[rows],
-        run.update_size_bytes,
-        run.comm_directions,
-    )
-    times = [
-        SiteTime(str(table.ids[r]), compute_time_s(run.tau_s, float(table.power[r])), float(c))
-        for r, c in zip(rows, comm.tolist(), strict=True)
-    ]
-    return round_time(times, aggregation_s=run.aggregation_s), {t.site_id: t.total_s for t in times}
-
-
-def context_of(run: RunConfig, table, history: list, round_no: int):
-    """The policy's Context for round `round_no`, as the policy service builds it from the
-    aggregator's request (no target: inf)."""
-    from powertrip.core.policies import Context
-
-    return Context(
-        table=table,
-        update_size_bytes=run.update_size_bytes,
-        tau_s=run.tau_s,
-        history=tuple(history),
-        target_accuracy=run.target_accuracy if run.target_accuracy else math.inf,
-        seed=run.seed,
-        round=round_no,
-        estimator=run.estimator,
-        params={k: float(v) for k, v in run.policy_params.items()},
-        work_model=run.work_model,
-    )
-
-
-def replay(run: RunConfig, rows: list[dict]) -> list:
-    """The policy's decision of every round of a written run, from the rounds before it:
-    a policy is a pure function of its context, so this gives back the run's k and sites
-    and says why (each Decision's explanation). The CSV holds each round's k, sites,
-    accuracy and round time, which is all that `powertrip`, `adaptive` and `static` read;
-    policies that read the sites' reported losses (oort) would see none."""
-    from powertrip.core.policies import PastRound, get_policy
-
-    policy = get_policy(run.policy)
-    table = site_table(run)
-    history: list = []
-    decisions = []
-    for round_no, row in enumerate(rows, 1):
-        decisions.append(policy.select(context_of(run, table, history, round_no)))
-        sites = tuple(row["sites"].split(";"))
-        history.append(
-            PastRound(
-                round_no, len(sites), float(row["accuracy"]), float(row["round_time_s"]), sites
-            )
-        )
-    return decisions
-
-
-def replays_as_written(run: RunConfig, rows: list[dict]) -> bool:
-    """Whether `run`'s policy, replayed on the written rounds, chooses every round's sites
-    as written (the same k and the same sites, in rank order)."""
-    table = site_table(run)
-    return all(
-        list(decision.order) == list(table.rows_of(row["sites"].split(";")))
-        for decision, row in zip(replay(run, rows), rows, strict=True)
-    )
-
-
-#: RunConfig fields that say how long or with what resources a run goes, not what it
-#: computes: a resumed run may change them (e.g. a higher round limit)
-RESUMABLE_CHANGES = frozenset(
-    {"max_rounds", "max_sim_hours", "data_dir", "train_threads", "workers",
-     "threads_per_worker", "round_deadline_s", "checkpoint"}
-)  # fmt: skip
-#: a checkpoint is written after every this many rounds (and when the run is interrupted)
-CHECKPOINT_EVERY = 10
-
-
-def checkpoint_path(out_csv: Path) -> Path:
-    """The run's checkpoint beside its CSV: the weights and history after a round."""
-    return out_csv.with_suffix(".ckpt.pt")
-
-
-def identity_of(run: RunConfig) -> dict:
-    """What a run computes: the settings a resumed run must share with the checkpoint."""
-    return {k: v for k, v in run.to_dict().items() if k not in RESUMABLE_CHANGES}
-
-
-def save_checkpoint(path: Path, run: RunConfig, weights: dict, history: list, sim_time: float):
-    """Atomically write the state after round len(history): weights on the CPU, the history
-    as plain lists (torch.load(weights_only=True) reads it back without unpickling code)."""
-    import torch
-
-    state = {
-        "format": 1,
-        "identity": repr(sorted(identity_of(run).items())),
-        "round": len(history),
-        "sim_time_s": sim_time,
-        "weights": {n: v.detach().cpu() for n, v in weights.items()},
-        "history": [
-            [
-                int(h.round),
-                int(h.k),
-                float(h.accuracy),
-                float(h.round_time_s),
-                [str(x) for x in h.site_ids],
-                [str(x) for x in h.reported_site_ids],
-                [float(x) for x in h.site_train_loss],
-                [int(x) for x in h.site_num_samples],
-                [float(x) for x in h.site_duration_s],
-            ]
-            for h in history
-        ],  # fmt: skip
-    }
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
-
-
-def load_checkpoint(path: Path, run: RunConfig, out_csv: Path, device: str):
-    """(weights, history, sim_time, rows) to go on from: the checkpoint's state and the
-    CSV's rows up to its round. A checkpoint of another run, or a CSV that lacks its
-    rounds, is refused by name."""
-    import torch
-
-    from powertrip.core.policies import PastRound
-
-    if not path.exists():
-        raise ConfigError(f"--resume: no checkpoint {path} (a run writes one every "
-                          f"{CHECKPOINT_EVERY} rounds and when interrupted)")  # fmt: skip
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("format") != 1:
-        raise ConfigError(f"--resume: {path} is not a plateau runner's checkpoint")
-    if state["identity"] != repr(sorted(identity_of(run).items())):
-        raise ConfigError(f"--resume: {path} was written by a run with other settings "
-                          "(policy, parameters, seed or learning); start a new one")  # fmt: skip
-    done = int(state["round"])
-    rows = read_rows(out_csv) if out_csv.exists() else []
-    if [int(r["round"]) for r in rows[:done]] != list(range(1, done + 1)):
-        raise ConfigError(f"--resume: {out_csv} does not hold rounds 1-{done} of the checkpoint")
-    history = [
-        PastRound(int(h[0]), int(h[1]), float(h[2]), float(h[3]), *(tuple(x) for x in h[4:]))
-        for h in state["history"]
-    ]
-    weights = {n: v.to(device) for n, v in state["weights"].items()}
-    return weights, history, float(state["sim_time_s"]), rows[:done]
 
 
 def run_policy(
