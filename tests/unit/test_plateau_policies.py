@@ -232,6 +232,15 @@ def test_the_figure_chooses_kstar_on_training_seeds_and_judges_held_out_draws(tm
     assert "+100.0% at least (not reached in 4 rounds)" in adaptive.ours
     (table,) = P.table({}, meta)
     assert len(table.rows) == 7
+    # a k* draw of call2's own machine is the reference for call2's draws (4 h: +0 %);
+    # call1's PowerTrip keeps call1's (2 h)
+    write("call2", "static-k20-seed5.csv", [0.5, 0.5, 0.5, 0.63], 3600)
+    pairs = {
+        (d.arm, d.source): rel for d, rel in P.against_kstar(P.load_draws(tmp_path), "adaptive", 20)
+    }
+    assert pairs == {("adaptive", "call2"): pytest.approx(0.0)}
+    pairs = {d.source: rel for d, rel in P.against_kstar(P.load_draws(tmp_path), "powertrip", 20)}
+    assert pairs == {"call1": pytest.approx(0.5)}
     assert P.plots({}, tmp_path / "out", meta)[0].stat().st_size > 10_000
 
 

@@ -110,10 +110,22 @@ def kstar(draws: Sequence[Draw]) -> int | None:
 
 def against_kstar(draws: Sequence[Draw], arm: str, k: int) -> list[tuple[Draw, float]]:
     """(draw, time / static k*'s time - 1) for every draw of `arm` on a seed where static k*
-    reached the target; a draw that stopped short gives a lower bound."""
-    reference = {d.seed: d.hours for d in draws if d.static_k == k and d.reached}
-    mine = [d for d in draws if d.arm == arm and d.seed in reference]
-    return [(d, d.hours / reference[d.seed] - 1) for d in mine]
+    reached the target: against k*'s draw of the same batch where there is one (the same
+    machine), else the mean of the seed's k* draws; a draw that stopped short gives a lower
+    bound."""
+    kstar_draws = [d for d in draws if d.static_k == k and d.reached]
+    by_batch = {(d.seed, d.source): d.hours for d in kstar_draws}
+    by_seed = {
+        seed: float(np.mean([d.hours for d in kstar_draws if d.seed == seed]))
+        for seed in {d.seed for d in kstar_draws}
+    }
+    pairs = []
+    for d in draws:
+        if d.arm == arm and d.seed in by_seed:
+            batch = d.source.split(", ")[0]  # "call1, replayed": call1's machine
+            reference = by_batch.get((d.seed, batch), by_seed[d.seed])
+            pairs.append((d, d.hours / reference - 1))
+    return pairs
 
 
 def _per_seed(pairs: Sequence[tuple[Draw, float]]) -> str:
