@@ -187,7 +187,8 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         else:
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
         if ctx.history and p["stall_rounds"] > 0:
-            k = apply_stall_floor(k, ctx, int(p["stall_rounds"]), window, n, explanation)
+            rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
+            k = apply_stall_floor(k, ctx, rounds, window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
