@@ -29,9 +29,10 @@ def checkpoint_path(out_csv: Path) -> Path:
     return out_csv.with_suffix(".ckpt.pt")
 
 
-def identity_of(run: RunConfig) -> dict:
-    """What a run computes: the settings a resumed run must share with the checkpoint."""
-    return {k: v for k, v in run.to_dict().items() if k not in RESUMABLE_CHANGES}
+def identity_of(run: RunConfig) -> str:
+    """What a run computes, as text: the settings a resumed run must share with the
+    checkpoint."""
+    return repr(sorted((k, v) for k, v in run.to_dict().items() if k not in RESUMABLE_CHANGES))
 
 
 def save_checkpoint(path: Path, run: RunConfig, weights: dict, history: list, sim_time: float):
@@ -41,7 +42,7 @@ def save_checkpoint(path: Path, run: RunConfig, weights: dict, history: list, si
 
     state = {
         "format": 1,
-        "identity": repr(sorted(identity_of(run).items())),
+        "identity": identity_of(run),
         "round": len(history),
         "sim_time_s": sim_time,
         "weights": {n: v.detach().cpu() for n, v in weights.items()},
@@ -79,7 +80,7 @@ def load_checkpoint(path: Path, run: RunConfig, out_csv: Path, device: str):
     state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("format") != 1:
         raise ConfigError(f"--resume: {path} is not a plateau runner's checkpoint")
-    if state["identity"] != repr(sorted(identity_of(run).items())):
+    if state["identity"] != identity_of(run):
         raise ConfigError(f"--resume: {path} was written by a run with other settings "
                           "(policy, parameters, seed or learning); start a new one")  # fmt: skip
     done = int(state["round"])

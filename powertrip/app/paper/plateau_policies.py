@@ -113,9 +113,10 @@ def run_policy(
     test_x, test_y = dataset.test.x[ix], dataset.test.y[ix]
     torch.manual_seed(run.seed)  # the aggregator's initial weights
     model = workload.build_model().to(device)
-    if not resume:
+    if resume:
+        model.load_state_dict(weights)
+    else:
         weights = {n: v.detach().clone() for n, v in model.state_dict().items()}
-    model.load_state_dict(weights)
     target = run.target_accuracy if run.target_accuracy else math.inf
     if rows and float(rows[-1]["accuracy"]) >= target:
         log(f"{run.policy} seed {run.seed}: reached the target in round {len(rows)} already")

@@ -83,13 +83,17 @@ def auto_window(num_alive: int) -> int:
 
 
 def apply_stall_floor(
-    k: int, ctx: Context, rounds: int, step: int, n: int, explanation: dict
+    k: int,
+    ctx: Context,
+    accuracies: list[float],
+    rounds: int,
+    step: int,
+    n: int,
+    explanation: dict,
 ) -> int:
     """k raised to the `stall_rounds` floor (an option, not the paper's); says so when it
     binds."""
-    floor, since = stall_floor(
-        [h.accuracy for h in ctx.history], [int(h.k) for h in ctx.history], rounds, step, n
-    )
+    floor, since = stall_floor(accuracies, [int(h.k) for h in ctx.history], rounds, step, n)
     explanation.update(stall_floor=floor, rounds_without_new_best=since)
     if floor > k:
         explanation["reason"] += (
@@ -188,7 +192,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
         if ctx.history and p["stall_rounds"] > 0:
             rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
-            k = apply_stall_floor(k, ctx, rounds, window, n, explanation)
+            k = apply_stall_floor(k, ctx, accuracies, rounds, window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
