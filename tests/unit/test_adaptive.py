@@ -397,3 +397,29 @@ def test_block_se_leaves_noise_free_histories_alone():
     decisions are the plain fit's (gain rising with k still grows)."""
     assert simulate(RISING, 30, params={"block_se": 1})[0] == simulate(RISING, 30)[0]
     assert simulate(FLAT, 30, params={"block_se": 1})[0] == simulate(FLAT, 30)[0]
+
+
+# ---- stall_rounds: a floor once the accuracy has levelled off ------------------------------
+
+
+def test_stall_rounds_raises_a_levelled_off_k_and_is_off_by_default():
+    table = gentle_table()
+    flat = [0.30, 0.31, 0.31, 0.31, 0.30, 0.31]  # no new best after round 2
+    history = [PastRound(r, 2, a, clock_time(table, np.arange(2))) for r, a in enumerate(flat, 1)]
+    plain = get_policy("adaptive").select(ctx(table, history))
+    assert plain.k == 2 and "stall_floor" not in plain.explanation
+    # rounds 3-5 did not beat 0.31: after 3 such rounds the floor is 2 + the probe step (2)
+    raised = get_policy("adaptive").select(ctx(table, history, params={"stall_rounds": 3}))
+    assert raised.k == 4 and raised.explanation["stall_floor"] == 4
+    assert "raised to the floor k=4" in raised.explanation["reason"]
+    assert raised.explanation["rounds_without_new_best"] == 1
+    # one stalled round short: the floor is 0 and the decision is the plain one
+    short = get_policy("adaptive").select(ctx(table, history[:4], params={"stall_rounds": 3}))
+    assert short.k == get_policy("adaptive").select(ctx(table, history[:4])).k
+    assert short.explanation["stall_floor"] == 0
+
+
+def test_stall_rounds_leaves_runs_that_keep_improving_alone():
+    # every round of these runs sets a new best: the option never binds
+    for gain in (RISING, FLAT):
+        assert simulate(gain, 40, params={"stall_rounds": 3})[0] == simulate(gain, 40)[0]

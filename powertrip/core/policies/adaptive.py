@@ -77,6 +77,15 @@ standard error a sixth to a half of the slope (seed 0, 5 -> 10: s = 0.046, se = 
 seed 6, 5 -> 7: s = 0.0124, se = 0.0076, from 3 gains at 5 sites and 2 at 7), and k grew
 to 38-55 sites against k* = 3. Counted per block, the same histories give se = 0.057 and
 0.116, more than the slope, and k stays. Evaluated as its own arm, seeds 0-4 first.
+
+Option, off by default (`stall_rounds=R`): `powertrip`'s stall floor (`feedback.stall_floor`),
+with the probe step (probe_pct % of N) as its step: once R rounds in a row have not beaten the
+best accuracy, k stays at least a step above the largest k of those rounds. Found on held-out
+seed 6 at the plateau target (62 %, results/plateau-policies): the fit, linear in ln k, saw
+no slope while the accuracy levelled off, shrank k to 1 and held it there for 161 rounds; a
+set that has levelled off on its data gains nothing however long it trains, which a fit of
+gain against k over rounds at one k cannot see. R = 20, as for `powertrip`, fixed before any
+run of this option.
 """
 
 from __future__ import annotations
@@ -95,6 +104,7 @@ from powertrip.core.policies.base import (
     rounded,
     small_k0,
 )
+from powertrip.core.policies.feedback import apply_stall_floor
 from powertrip.core.policies.gainfit import (
     MIN_FIT_POINTS,
     REL_TOL,
@@ -117,6 +127,11 @@ def auto_k0(num_alive: int) -> int:
     return small_k0(num_alive, 0.05)
 
 
+def probe_step(p: dict, n: int) -> int:
+    """The fixed part of one decision's move: probe_pct % of the n alive sites, at least 1."""
+    return max(1, round(p["probe_pct"] / 100.0 * n))
+
+
 class Adaptive(Policy):
     name = "adaptive"
     summary = (
@@ -136,7 +151,9 @@ class Adaptive(Policy):
         "when time or gain misses the prediction by > probe_margin; a probe is held "
         "probe_rounds rounds and kept only if the fit then finds it more efficient. A "
         "growth undone so is a failed trial at size b: the m-th blocks growth to >= b for "
-        "probe_backoff x 2^m rounds (OUR CHOICE)."
+        "probe_backoff x 2^m rounds (OUR CHOICE). Options off by default: shrink_in_fit=1, "
+        "block_se=1, stall_rounds=R (after R rounds without a new best accuracy, k stays at "
+        "least a probe step above the largest k of those rounds)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
@@ -151,6 +168,7 @@ class Adaptive(Policy):
         "m_ref_gb": 1.5,
         "shrink_in_fit": 0.0,  # 1: never shrink below the smallest k the fit has seen
         "block_se": 0.0,  # 1: the slope's se counts runs of equal k, not rounds
+        "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
     }
     ranking = "power-to-cost score (Eq. 8)"
 
@@ -187,6 +205,11 @@ class Adaptive(Policy):
             )
         else:
             k = self._decide(ctx, p, times, n, explanation)
+            if p["stall_rounds"] > 0:
+                rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
+                ks = [int(h.k) for h in ctx.history]
+                step = probe_step(p, n)
+                k = apply_stall_floor(k, accuracies, ks, rounds, step, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
@@ -207,7 +230,7 @@ class Adaptive(Policy):
         fit = fit_gain(history, k_cur, fit_rounds, half_life, block_se)
         hold = int(p["probe_rounds"])
         cap = growth_cap(ks, hold, p["probe_backoff"], n)
-        step = max(1, round(p["probe_pct"] / 100.0 * n))
+        step = probe_step(p, n)
         factor = p["probe_factor"]
         up = min(n, max(math.ceil(k_cur * factor - 1e-9), k_cur + step))
         down = max(1, min(math.floor(k_cur / factor + 1e-9), k_cur - step))

@@ -1,7 +1,8 @@
 """The feedback signals PowerTrip's rule reads from the history (paper Eq. 5, §3.3, §4).
 
 Pure functions of the per-round accuracies, measured round times and sizes k, so each can be
-tested on a hand-made history; `powertrip.py` combines them into the decision.
+tested on a hand-made history; `powertrip.py` combines them into the decision (and
+`adaptive.py` uses the `stall_rounds` option's floor too).
 """
 
 from __future__ import annotations
@@ -49,6 +50,28 @@ def stall_floor(
             floor = min(n, max(floor, largest) + step)
             since = largest = 0
     return floor, since
+
+
+def apply_stall_floor(
+    k: int,
+    accuracies: list[float],
+    ks: list[int],
+    rounds: int,
+    step: int,
+    n: int,
+    explanation: dict,
+) -> int:
+    """k raised to the `stall_rounds` floor (an option of `powertrip` and `adaptive`, not the
+    paper's); records the floor in `explanation` and says so in its reason when it binds."""
+    floor, since = stall_floor(accuracies, ks, rounds, step, n)
+    explanation.update(stall_floor=floor, rounds_without_new_best=since)
+    if floor > k:
+        explanation["reason"] += (
+            f"; raised to the floor k={floor} (stall_rounds {rounds}: a set that stopped "
+            "beating the best accuracy for that many rounds is not enough)"
+        )
+        return floor
+    return k
 
 
 def recent_gain(accuracies: list[float], window: int) -> float:

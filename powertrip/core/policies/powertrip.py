@@ -64,10 +64,10 @@ from powertrip.core.policies.base import (
     small_k0,
 )
 from powertrip.core.policies.feedback import (
+    apply_stall_floor,
     gains_of,
     measured_efficiency,
     realised_below,
-    stall_floor,
 )
 from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
 from powertrip.core.policyparams import decode
@@ -80,28 +80,6 @@ def auto_k0(num_alive: int) -> int:
 
 def auto_window(num_alive: int) -> int:
     return max(1, round(0.05 * num_alive))
-
-
-def apply_stall_floor(
-    k: int,
-    ctx: Context,
-    accuracies: list[float],
-    rounds: int,
-    step: int,
-    n: int,
-    explanation: dict,
-) -> int:
-    """k raised to the `stall_rounds` floor (an option, not the paper's); says so when it
-    binds."""
-    floor, since = stall_floor(accuracies, [int(h.k) for h in ctx.history], rounds, step, n)
-    explanation.update(stall_floor=floor, rounds_without_new_best=since)
-    if floor > k:
-        explanation["reason"] += (
-            f"; raised to the floor k={floor} (stall_rounds {rounds}: a set that stopped "
-            "beating the best accuracy for that many rounds is not enough)"
-        )
-        return floor
-    return k
 
 
 def greedy_addition(eff_next: np.ndarray, measured: float) -> int:
@@ -192,7 +170,8 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
         if ctx.history and p["stall_rounds"] > 0:
             rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
-            k = apply_stall_floor(k, ctx, accuracies, rounds, window, n, explanation)
+            ks = [int(h.k) for h in ctx.history]
+            k = apply_stall_floor(k, accuracies, ks, rounds, window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
