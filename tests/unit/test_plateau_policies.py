@@ -227,9 +227,11 @@ def test_the_figure_chooses_kstar_on_training_seeds_and_judges_held_out_draws(tm
     assert rows[next(c for c in rows if c.startswith("k* (chosen"))].holds == "yes"
     powertrip = rows["PowerTrip reaches the target faster than static k*"]
     assert powertrip.holds == "no" and "seed 5 (held out, call1): +50.0%" in powertrip.ours
+    assert powertrip.ours.startswith("held-out mean +50.0% over 1 seed;")  # no CI of one seed
     adaptive = rows[next(c for c in rows if c.startswith("adaptive is within"))]
     assert adaptive.holds == "no"
     assert "+100.0% at least (not reached in 4 rounds)" in adaptive.ours
+    assert adaptive.ours.startswith("held-out mean >+100.0% over 1 seed;")  # a lower bound
     (table,) = P.table({}, meta)
     assert len(table.rows) == 7
     # a k* draw of call2's own machine is the reference for call2's draws (4 h: +0 %);
@@ -312,3 +314,16 @@ def test_a_resumed_run_is_the_run_that_was_not_stopped(tmp_path, monkeypatch):
         P.run_policy(other, resumed, max_rounds=6, resume=True, **quiet)
     with pytest.raises(ConfigError, match="no checkpoint"):
         P.run_policy(run, tmp_path / "none.csv", resume=True, **quiet)
+
+
+def test_the_held_out_mean_counts_each_seed_once_with_a_bootstrap_ci():
+    from powertrip.app.paper import plateau_target as P
+
+    def draw(seed, reached=True):
+        return P.Draw("powertrip", seed, "call1", 1.0, reached, 10, (3,), ())
+
+    # seed 5's two draws average to +10 %; seed 6 +30 %; training seed 0 is left out
+    pairs = [(draw(5), 0.0), (draw(5), 0.2), (draw(6), 0.3), (draw(0), 5.0)]
+    text = P.held_out_mean(pairs)
+    assert text.startswith("held-out mean +20.0% [+10%, +30%] over 2 seeds;")
+    assert P.held_out_mean([(draw(0), 0.1)]) == ""
