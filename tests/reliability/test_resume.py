@@ -5,6 +5,7 @@ byte (simulated clock, same seed). Real processes, real gRPC, real training."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -31,6 +32,11 @@ RUN_LORA = [
     "--max-rounds", "8", "--seed", "5", "--target-accuracy", "0.999", "--policy", "powertrip",
     "--quiet",
 ]  # fmt: skip
+
+
+def _rounds(csv_bytes: bytes, last: int) -> list[bytes]:
+    """The header and rounds 1..last of a rounds.csv."""
+    return csv_bytes.splitlines()[: last + 1]
 
 
 def _needs(run: list[str]) -> list[str]:
@@ -68,18 +74,33 @@ def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path, run
     )
     partial = (cut / "rounds.csv").read_bytes()
     assert partial != (whole / "rounds.csv").read_bytes()
+    reference = whole
+    if _rounds(partial, killed_at) != _rounds((whole / "rounds.csv").read_bytes(), killed_at):
+        # the two runs differ before the kill, so not because of the resume: the machine gave
+        # two processes different float rounding (seen once in CI, shakespeare-lm-lora's
+        # round 1 in the 7th digit of the loss). The resumed run must then equal a third,
+        # uninterrupted run; a resume defect still fails, and the warning keeps it visible.
+        warnings.warn(
+            f"{run[1]}: two uninterrupted runs differ before round {killed_at}; "
+            "comparing the resumed run with a third run",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+        reference = tmp_path / "again"
+        code, err = _finish(powertrip("run", *run, "--out", str(reference)))
+        assert code == 0, err[-3000:]
 
     code, err = _finish(powertrip("run", "--resume", str(cut), "--quiet", extra_env=audit))
     assert code == 0, err[-3000:]
     # the final model is exactly the FedAvg of the accepted deltas across the kill: the
     # round being trained at the kill was redone, not summed twice
     assert verify(tmp_path / "audit", cut).startswith("8 rounds replayed")
-    assert (cut / "rounds.csv").read_bytes() == (whole / "rounds.csv").read_bytes()
+    assert (cut / "rounds.csv").read_bytes() == (reference / "rounds.csv").read_bytes()
     summary = json.loads((cut / "summary.json").read_text())
     assert summary["rounds"] == 8 and summary["status"] == "done"
     assert (
         summary["final_accuracy"]
-        == json.loads((whole / "summary.json").read_text())["final_accuracy"]
+        == json.loads((reference / "summary.json").read_text())["final_accuracy"]
     )
     log = (cut / "logs" / "aggregator.log").read_text()
     assert f"resumed from the checkpoint of round {killed_at}" in log
