@@ -85,7 +85,10 @@ seed 6 at the plateau target (62 %, results/plateau-policies): the fit, linear i
 no slope while the accuracy levelled off, shrank k to 1 and held it there for 161 rounds; a
 set that has levelled off on its data gains nothing however long it trains, which a fit of
 gain against k over rounds at one k cannot see. R = 20, as for `powertrip`, fixed before any
-run of this option.
+run of this option. The floor never falls, so k cannot shrink below it later. Its runs
+(held-out seeds 5-9, 62 %) found a second trap it also ends: with one k in the window the
+slope is unknown, only a probe can move k, and a probe may lengthen the round by at most
+probe_cost; where the next site costs more (+10.01 % on seeds 7 and 8) k stays at k0 for good.
 """
 
 from __future__ import annotations
