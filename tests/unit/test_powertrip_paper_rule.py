@@ -175,3 +175,15 @@ def test_stall_rounds_is_off_by_default_and_binds_only_after_a_stall():
     assert short.k == decide(t, ks[:4], accs[:4], times[:4], patience=0).k
     assert short.explanation["stall_floor"] == 0
     assert short.explanation["rounds_without_new_best"] == 2
+
+
+def test_apply_stall_floor_rounds_the_parameter_up_to_whole_rounds():
+    from powertrip.core.policies.feedback import apply_stall_floor
+
+    # 2 rounds without a new best: R = 2 (from 1.5 or 2) raises the floor once, R = 3 (2.5)
+    # not at all, R = 1 (0.4, never 0) twice
+    accs, ks = [0.1, 0.2, 0.2, 0.2], [2, 7, 7, 7]
+    for stall_rounds, floor in ((2.0, 12), (1.5, 12), (2.5, 0), (0.4, 17)):
+        explanation = {"reason": "plain"}
+        k = apply_stall_floor(7, accs, ks, stall_rounds, 5, 100, explanation)
+        assert explanation["stall_floor"] == floor and k == max(7, floor), stall_rounds

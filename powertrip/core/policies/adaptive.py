@@ -209,10 +209,9 @@ class Adaptive(Policy):
         else:
             k = self._decide(ctx, p, times, n, explanation)
             if p["stall_rounds"] > 0:
-                rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
                 ks = [int(h.k) for h in ctx.history]
                 step = probe_step(p, n)
-                k = apply_stall_floor(k, accuracies, ks, rounds, step, n, explanation)
+                k = apply_stall_floor(k, accuracies, ks, p["stall_rounds"], step, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]

@@ -56,13 +56,16 @@ def apply_stall_floor(
     k: int,
     accuracies: list[float],
     ks: list[int],
-    rounds: int,
+    stall_rounds: float,
     step: int,
     n: int,
     explanation: dict,
 ) -> int:
     """k raised to the `stall_rounds` floor (an option of `powertrip` and `adaptive`, not the
-    paper's); records the floor in `explanation` and says so in its reason when it binds."""
+    paper's); records the floor in `explanation` and says so in its reason when it binds.
+    `stall_rounds` as the parameter gives it: rounded up to whole rounds, at least 1 (0.5
+    is 1 round, never 0)."""
+    rounds = max(1, math.ceil(stall_rounds))
     floor, since = stall_floor(accuracies, ks, rounds, step, n)
     explanation.update(stall_floor=floor, rounds_without_new_best=since)
     if floor > k:

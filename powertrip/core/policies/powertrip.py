@@ -169,9 +169,8 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         else:
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
         if ctx.history and p["stall_rounds"] > 0:
-            rounds = max(1, math.ceil(p["stall_rounds"]))  # 0.5 is 1 round, never 0
             ks = [int(h.k) for h in ctx.history]
-            k = apply_stall_floor(k, accuracies, ks, rounds, window, n, explanation)
+            k = apply_stall_floor(k, accuracies, ks, p["stall_rounds"], window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
