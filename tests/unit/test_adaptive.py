@@ -319,6 +319,7 @@ def test_other_work_models_use_their_own_estimate():
         ("probe_rounds", 0),
         ("probe_margin", 0),
         ("probe_backoff", 1.5),
+        ("min_probe", 2),
         ("m_ref_gb", 0),
         ("window", 3),  # powertrip's, not adaptive's
     ],
@@ -423,3 +424,70 @@ def test_stall_rounds_leaves_runs_that_keep_improving_alone():
     # every round of these runs sets a new best: the option never binds
     for gain in (RISING, FLAT):
         assert simulate(gain, 40, params={"stall_rounds": 3})[0] == simulate(gain, 40)[0]
+
+
+# ---- min_probe: a probe of one site when every probe costs more than probe_cost -------------
+
+
+def costly_next_site_table(n: int = 40) -> SiteTable:
+    """The gentle table with the third-ranked site 20 % slower: from k = 2 the next site
+    alone lengthens the round by about 20 %, more than the default probe_cost (10 %)."""
+    table = gentle_table(n)
+    power = table.power.copy()
+    power[2:] = power[2:] / 1.2
+    distance = 500.0 + np.arange(n)
+    return SiteTable.build(
+        ids=list(table.ids),
+        power=power,
+        distance_miles=distance,
+        latency_s=distance / 124_188,
+        bandwidth_bytes_per_s=np.full(n, 1e9),
+        update_size_bytes=1.5 * GB,
+        directions=2,
+    )
+
+
+def test_min_probe_ends_the_lock_where_the_next_site_costs_more_than_probe_cost():
+    table = costly_next_site_table()
+    history = history_at([2, 2, 2, 2, 2], table=table)
+    plain = get_policy("adaptive").select(ctx(table, history))
+    assert plain.k == 2
+    assert "lengthens the round by more than probe_cost" in plain.explanation["reason"]
+    probe = get_policy("adaptive").select(ctx(table, history, params={"min_probe": 1}))
+    assert probe.k == 3
+    assert probe.explanation["reason"].startswith("probe 2 -> 3: slope unknown")
+    assert "probed anyway (min_probe)" in probe.explanation["reason"]
+    # the probe is a probe like any other: one round that gains nothing undoes it
+    probe_round = PastRound(6, 3, history[-1].accuracy, clock_time(table, np.arange(3)))
+    back = get_policy("adaptive").select(
+        ctx(table, [*history, probe_round], params={"min_probe": 1})
+    )
+    assert back.k == 2
+    assert back.explanation["reason"].startswith("abandon 2 -> 3 after one round: gained")
+
+
+def test_min_probe_gives_way_to_a_failed_trials_block_and_the_bounds():
+    table = costly_next_site_table()
+    # a probe 2 -> 3 failed (undone after one round): growth to >= 3 blocked for 10 rounds;
+    # a window of 3 gains holds one k again after 4 rounds back at 2, so the slope is unknown
+    params = {"min_probe": 1, "fit_rounds": 3}
+    ks = [2, 2, 2, 2, 2, 3] + [2] * 5
+    history = history_at(ks, gain=FLAT, table=table)
+    d = get_policy("adaptive").select(ctx(table, history, params=params))
+    assert d.explanation["growth_cap"] == 2
+    assert d.k == 2
+    assert d.explanation["reason"] == (
+        "hold k: slope unknown and no room to probe (growth blocked by a failed trial)"
+    )
+    # once the block is over, the one-site probe comes back
+    history = history_at(ks + [2] * 6, gain=FLAT, table=table)
+    assert get_policy("adaptive").select(ctx(table, history, params=params)).k == 3
+    # at k = N there is no next site to probe
+    everyone = history_at([40] * 5, gain=FLAT, table=table)
+    assert get_policy("adaptive").select(ctx(table, everyone, params=params)).k == 40
+
+
+def test_min_probe_leaves_runs_whose_probes_fit_the_budget_alone():
+    # on the gentle table every probe fits probe_cost: the option never binds
+    for gain in (RISING, FLAT):
+        assert simulate(gain, 40, params={"min_probe": 1})[0] == simulate(gain, 40)[0]

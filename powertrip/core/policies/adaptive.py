@@ -89,6 +89,16 @@ run of this option. The floor never falls, so k cannot shrink below it later. It
 (held-out seeds 5-9, 62 %) found a second trap it also ends: with one k in the window the
 slope is unknown, only a probe can move k, and a probe may lengthen the round by at most
 probe_cost; where the next site costs more (+10.01 % on seeds 7 and 8) k stays at k0 for good.
+
+Option, off by default (`min_probe=1`): when the slope is unknown and even the next site
+alone lengthens the round by more than probe_cost, the probe is that one site (k_cur + 1),
+checked, held and undone as any probe (step 6), and backed off as any failed trial (step 7).
+Found on seeds 7 and 8 at the plateau target (results/plateau-policies/call3): plain
+`adaptive` held k0 = 5 for 736 rounds because the sixth site cost +10.01 % against a
+probe_cost of 10 %, so the slope it needs to grow was never measured. With this option the
+lock cannot happen: a probe is refused only by the bounds or a failed trial's block. Its
+price is bounded by step 7's back-off: each failed probe of an expensive site doubles the
+rounds before the next.
 """
 
 from __future__ import annotations
@@ -156,7 +166,8 @@ class Adaptive(Policy):
         "growth undone so is a failed trial at size b: the m-th blocks growth to >= b for "
         "probe_backoff x 2^m rounds (OUR CHOICE). Options off by default: shrink_in_fit=1, "
         "block_se=1, stall_rounds=R (after R rounds without a new best accuracy, k stays at "
-        "least a probe step above the largest k of those rounds)."
+        "least a probe step above the largest k of those rounds), min_probe=1 (with the slope "
+        "unknown, probe one site even when it costs more than probe_cost)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
@@ -172,6 +183,7 @@ class Adaptive(Policy):
         "shrink_in_fit": 0.0,  # 1: never shrink below the smallest k the fit has seen
         "block_se": 0.0,  # 1: the slope's se counts runs of equal k, not rounds
         "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
+        "min_probe": 0.0,  # 1: with the slope unknown, probe one site whatever its cost
     }
     ranking = "power-to-cost score (Eq. 8)"
 
@@ -326,6 +338,14 @@ class Adaptive(Policy):
             return k_cur, f"hold k: slope unknown and no room to probe{blocked}"
         budget = times[k_cur - 1] * (1 + p["probe_cost"])
         within = np.flatnonzero(times[k_cur:limit] <= budget * (1 + REL_TOL))
+        if len(within) == 0 and p["min_probe"]:
+            k = k_cur + 1
+            return k, (
+                f"probe {k_cur} -> {k}: slope unknown (one k in the window); the next site "
+                f"lengthens the round by {times[k - 1] / times[k_cur - 1] - 1:.3g} > "
+                f"probe_cost = {p['probe_cost']:g}, probed anyway (min_probe); checked after "
+                "one round"
+            )
         if len(within) == 0:
             return k_cur, (
                 f"hold k: slope unknown and the next site alone lengthens the round by more "
