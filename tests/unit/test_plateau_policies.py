@@ -5,12 +5,22 @@ committed runs of the real services on the uniform set-up."""
 from __future__ import annotations
 
 import csv
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from powertrip.app.paper.plateau_draws import arm_name, arm_policy, report, time_to_target
+from powertrip.app.paper.plateau_draws import (
+    arm_name,
+    arm_policy,
+    read_rows,
+    report,
+    time_to_target,
+)
 from powertrip.app.paper.plateau_policies import (
     main,
     plateau_config,
@@ -327,3 +337,35 @@ def test_the_held_out_mean_counts_each_seed_once_with_a_bootstrap_ci():
     text = P.held_out_mean(pairs)
     assert text.startswith("held-out mean +20.0% [+10%, +30%] over 2 seeds;")
     assert P.held_out_mean([(draw(0), 0.1)]) == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_run_keeps_the_finished_rounds_and_a_checkpoint_to_resume(tmp_path, signum):
+    """`kill -TERM` (or Ctrl-C) during a run from the command line: exit 128 + the signal,
+    a message that names the CSV and the checkpoint, every written round kept, and
+    --resume goes on to the end from there."""
+    args = [sys.executable, "-m", "powertrip.app.paper.plateau_policies", "--policy", "static",
+            "--param", "k=2", "--out", str(tmp_path), "--set", "eval_samples=200",
+            "--set", "local_steps=2", "--set", "train_threads=1"]  # fmt: skip
+    csv_path = tmp_path / "static-k2-seed0.csv"
+    child = subprocess.Popen([*args, "--set", "max_rounds=400"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_rows(csv_path) if csv_path.exists() else []) < 2:
+            assert child.poll() is None and time.monotonic() < deadline, "no rounds written"
+            time.sleep(0.2)
+        child.send_signal(signum)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signum, stderr
+    assert f"interrupted by {signal.Signals(signum).name}" in stderr
+    assert "--resume goes on from" in stderr and str(csv_path) in stderr
+    kept = read_rows(csv_path)
+    assert len(kept) >= 2 and [int(r["round"]) for r in kept] == list(range(1, len(kept) + 1))
+    done = subprocess.run([*args, "--resume", "--set", f"max_rounds={len(kept) + 1}"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(csv_path)
+    assert len(rows) == len(kept) + 1 and rows[: len(kept)] == kept

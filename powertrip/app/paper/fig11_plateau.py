@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -256,21 +257,48 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT reached a plateau runner; a KeyboardInterrupt, so that the loops'
+    own clean-up (the last finished round kept, a checkpoint written) runs for both."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
 def run_cli_job(out_csv: Path, device: str, job) -> int:
     """A plateau runner's run from the command line: float32 as on a CPU where the device is
     a GPU (no TF32 matmuls or convolutions; set here, for this process, so that a library
-    call leaves torch's global settings alone), and Ctrl-C or SIGINT (run-gpu.sh's time
-    limit) ends it with the finished rounds kept in `out_csv`."""
+    call leaves torch's global settings alone), and Ctrl-C, SIGINT (run-gpu.sh's time limit)
+    or SIGTERM (`kill`, a batch system) ends it with the finished rounds kept in `out_csv`,
+    exit 128 + the signal."""
+    from powertrip.app.paper.plateau_checkpoint import checkpoint_path
+
     if device.startswith("cuda"):
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+
+    def stop(signum, _frame) -> None:
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         job()
-    except KeyboardInterrupt:
-        print(f"interrupted: the finished rounds are in {out_csv}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        ckpt = checkpoint_path(out_csv)
+        hint = f"; --resume goes on from {ckpt}" if ckpt.exists() else ""
+        print(
+            f"interrupted by {signal.Signals(signum).name}: the finished rounds are in "
+            f"{out_csv}{hint}",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"written: {out_csv}")
     return 0
 
