@@ -283,6 +283,31 @@ def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_p
     assert first == 244 and decisions[first - 1].k == 12  # 7 sites stalled: floor 7 + 5
 
 
+def test_min_probe_replays_the_plain_run_that_probed_within_budget_and_not_the_locked_one(
+    tmp_path,
+):
+    """On seed 9 plain adaptive's probes all fitted probe_cost, so min_probe never binds and
+    that run is also the option's draw; on seed 7 it held k0 = 5 because the sixth site
+    cost +10.01 %, and with min_probe round 6 already probes 5 -> 6."""
+    from powertrip.app.paper import plateau_target as P
+    from powertrip.app.paper.plateau_setup import plateau_config, replay
+
+    committed = {s: P.SOURCE / "call3" / f"adaptive-seed{s}.csv" for s in (7, 9)}
+    if not all(path.exists() for path in committed.values()):
+        pytest.skip("the committed plateau runs are not here")
+    (tmp_path / "call3").mkdir()
+    for path in committed.values():
+        (tmp_path / "call3" / path.name).write_bytes(path.read_bytes())
+    draws = P.load_draws(tmp_path)
+    replayed = P.replayed_draws(draws, P.MIN_PROBE_ARM)
+    assert [(d.arm, d.seed) for d in replayed] == [(P.MIN_PROBE_ARM, 9)]
+    seed7 = next(d for d in draws if d.seed == 7)
+    assert set(seed7.ks) == {5}
+    decisions = replay(plateau_config("adaptive", {"min_probe": 1.0}, 7), list(seed7.rows[:6]))
+    assert [d.k for d in decisions] == [5, 5, 5, 5, 5, 6]
+    assert "probed anyway (min_probe)" in decisions[-1].explanation["reason"]
+
+
 @pytest.mark.slow
 def test_a_resumed_run_is_the_run_that_was_not_stopped(tmp_path, monkeypatch):
     """Interrupted in round 4 (after a checkpoint at round 2), resumed to round 5: every
