@@ -29,7 +29,12 @@ CEILING = 0.9
 def gentle_table(n: int = 40) -> SiteTable:
     """Sites ranked by index (power falls, distance rises), so T(k) rises gently with k:
     each extra site costs a little time, none is free."""
-    power = 1.0 - 0.012 * np.arange(n)
+    return table_of(1.0 - 0.012 * np.arange(n))
+
+
+def table_of(power: np.ndarray) -> SiteTable:
+    """Sites of these powers, 500 + i miles away on 1 GB/s links."""
+    n = len(power)
     distance = 500.0 + np.arange(n)
     return SiteTable.build(
         ids=[f"site-{i:03d}" for i in range(n)],
@@ -432,19 +437,9 @@ def test_stall_rounds_leaves_runs_that_keep_improving_alone():
 def costly_next_site_table(n: int = 40) -> SiteTable:
     """The gentle table with the third-ranked site 20 % slower: from k = 2 the next site
     alone lengthens the round by about 20 %, more than the default probe_cost (10 %)."""
-    table = gentle_table(n)
-    power = table.power.copy()
+    power = gentle_table(n).power.copy()
     power[2:] = power[2:] / 1.2
-    distance = 500.0 + np.arange(n)
-    return SiteTable.build(
-        ids=list(table.ids),
-        power=power,
-        distance_miles=distance,
-        latency_s=distance / 124_188,
-        bandwidth_bytes_per_s=np.full(n, 1e9),
-        update_size_bytes=1.5 * GB,
-        directions=2,
-    )
+    return table_of(power)
 
 
 def test_min_probe_ends_the_lock_where_the_next_site_costs_more_than_probe_cost():
