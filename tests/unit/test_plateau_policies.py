@@ -5,6 +5,7 @@ committed runs of the real services on the uniform set-up."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -306,6 +307,41 @@ def test_min_probe_replays_the_plain_run_that_probed_within_budget_and_not_the_l
     decisions = replay(plateau_config("adaptive", {"min_probe": 1.0}, 7), list(seed7.rows[:6]))
     assert [d.k for d in decisions] == [5, 5, 5, 5, 5, 6]
     assert "probed anyway (min_probe)" in decisions[-1].explanation["reason"]
+
+
+def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_locked():
+    """Replayed with min_probe = 1, a committed uniform-power adaptive service run (45 %
+    target) keeps every decision until the first round where the plain policy held k
+    because the slope was unknown and the next site cost more than probe_cost; there, and
+    only there, the option probes one site more. (17 of the 62 runs meet that round, most
+    at round 5 or 6 holding k0 = 5; the README counts them.)"""
+    from powertrip.core.config import RunConfig
+    from powertrip.core.workloads import get_workload
+
+    changed = unchanged = 0
+    for path in sorted(RUNS.parent.glob("*/seed*/adaptive/run-config.yaml")):
+        run = RunConfig.from_yaml(path)
+        if run.power != "uniform" or run.work_model != "local-steps":
+            continue
+        run = run.resolved(get_workload(run.workload).defaults)
+        rows = list(csv.DictReader((path.parent / "rounds.csv").open()))
+        plain = replay(run, rows)
+        option = replay(
+            dataclasses.replace(run, policy_params={**run.policy_params, "min_probe": 1}), rows
+        )
+        first = next(
+            (i for i, (a, b) in enumerate(zip(plain, option, strict=True)) if a.k != b.k), None
+        )
+        if first is None:
+            unchanged += 1
+            continue
+        changed += 1
+        assert "next site alone lengthens the round" in plain[first].explanation["reason"]
+        assert option[first].k == plain[first].k + 1, path.parent
+        assert "probed anyway (min_probe)" in option[first].explanation["reason"]
+    if not changed + unchanged:
+        pytest.skip("the committed service runs are not here")
+    assert changed and unchanged
 
 
 @pytest.mark.slow
