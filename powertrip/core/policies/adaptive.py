@@ -98,7 +98,11 @@ Found on seeds 7 and 8 at the plateau target (results/plateau-policies/call3): p
 probe_cost of 10 %, so the slope it needs to grow was never measured. With this option the
 lock cannot happen: a probe is refused only by the bounds or a failed trial's block. Its
 price is bounded by step 7's back-off: each failed probe of an expensive site doubles the
-rounds before the next.
+rounds before the next. Its runs (seeds 7 and 8, results/plateau-policies/cpu4) left k0 at
+round 5 or 6 and then met the traps that `stall_rounds` ends: a negative fitted slope (the
+largest sets trained where the gain per round was already falling) shrank k to one site,
+and on seed 8 a failed trial's back-off held k at 3 for 150 rounds; alone, it does not
+bring `adaptive` within 5 % of k*.
 """
 
 from __future__ import annotations
