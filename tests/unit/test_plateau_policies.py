@@ -183,26 +183,32 @@ def test_arm_names_give_back_the_policy_and_its_parameters():
         arm_policy("static-ten")
 
 
+def committed_uniform_service_runs(policies: tuple[str, ...]):
+    """(folder, resolved RunConfig, rounds.csv rows) of every committed service run of
+    `policies` on uniform power, the local-steps work model and the simulated clock: the
+    runs whose decisions the loop's replay can give back."""
+    from powertrip.core.config import RunConfig
+    from powertrip.core.workloads import get_workload
+
+    for path in sorted(RUNS.parent.glob("*/seed*/*/run-config.yaml")):
+        run = RunConfig.from_yaml(path)
+        if run.policy not in policies or run.power != "uniform":
+            continue
+        if run.work_model != "local-steps" or run.clock != "simulated":
+            continue
+        rows = list(csv.DictReader((path.parent / "rounds.csv").open()))
+        yield path.parent, run.resolved(get_workload(run.workload).defaults), rows
+
+
 def test_every_committed_uniform_service_run_of_the_online_policies_replays():
     """The committed service runs of powertrip and adaptive on the uniform-power set-ups
     replay decision for decision: the loop's Context is the policy service's, and a change
     to either policy that would change a committed run's decisions shows here (those runs
     would then be stale)."""
-    from powertrip.core.config import RunConfig
-    from powertrip.core.workloads import get_workload
-
-    configs = sorted(RUNS.parent.glob("*/seed*/*/run-config.yaml"))
     replayed = 0
-    for path in configs:
-        run = RunConfig.from_yaml(path)
-        if run.policy not in ("powertrip", "adaptive") or run.power != "uniform":
-            continue
-        if run.work_model != "local-steps" or run.clock != "simulated":
-            continue
-        run = run.resolved(get_workload(run.workload).defaults)
-        rows = list(csv.DictReader((path.parent / "rounds.csv").open()))
+    for folder, run, rows in committed_uniform_service_runs(("powertrip", "adaptive")):
         decisions = replay(run, rows)
-        assert [d.k for d in decisions] == [int(r["k"]) for r in rows], path.parent
+        assert [d.k for d in decisions] == [int(r["k"]) for r in rows], folder
         replayed += 1
     if not replayed:
         pytest.skip("the committed service runs are not here")
@@ -315,16 +321,8 @@ def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_l
     because the slope was unknown and the next site cost more than probe_cost; there, and
     only there, the option probes one site more. (17 of the 62 runs meet that round, most
     at round 5 or 6 holding k0 = 5; the README counts them.)"""
-    from powertrip.core.config import RunConfig
-    from powertrip.core.workloads import get_workload
-
     changed = unchanged = 0
-    for path in sorted(RUNS.parent.glob("*/seed*/adaptive/run-config.yaml")):
-        run = RunConfig.from_yaml(path)
-        if run.power != "uniform" or run.work_model != "local-steps":
-            continue
-        run = run.resolved(get_workload(run.workload).defaults)
-        rows = list(csv.DictReader((path.parent / "rounds.csv").open()))
+    for folder, run, rows in committed_uniform_service_runs(("adaptive",)):
         plain = replay(run, rows)
         option = replay(
             dataclasses.replace(run, policy_params={**run.policy_params, "min_probe": 1}), rows
@@ -337,7 +335,7 @@ def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_l
             continue
         changed += 1
         assert "next site alone lengthens the round" in plain[first].explanation["reason"]
-        assert option[first].k == plain[first].k + 1, path.parent
+        assert option[first].k == plain[first].k + 1, folder
         assert "probed anyway (min_probe)" in option[first].explanation["reason"]
     if not changed + unchanged:
         pytest.skip("the committed service runs are not here")
