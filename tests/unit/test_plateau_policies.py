@@ -315,18 +315,68 @@ def test_min_probe_replays_the_plain_run_that_probed_within_budget_and_not_the_l
     assert "probed anyway (min_probe)" in decisions[-1].explanation["reason"]
 
 
+def test_the_combined_arm_is_drawn_from_runs_with_fewer_of_its_options(tmp_path):
+    """min_probe and stall_rounds together: a run of plain adaptive, or of either option
+    alone, that the pair replays unchanged is the pair's draw. On seed 9 neither option
+    binds in the plain or the stall run (two draws); on seed 5 the stall floor never binds
+    in the min_probe run; on seed 7 the min_probe run shrank to one site, and at round 180,
+    after 20 rounds without a new best, the floor raises k to 22."""
+    from powertrip.app.paper import plateau_target as P
+    from powertrip.app.paper.plateau_setup import plateau_config, replay
+
+    committed = [
+        P.SOURCE / "call3" / "adaptive-seed9.csv",
+        P.SOURCE / "call3" / "adaptive-stall_rounds20-seed9.csv",
+        P.SOURCE / "cpu4" / "adaptive-min_probe1-seed5.csv",
+        P.SOURCE / "cpu4" / "adaptive-min_probe1-seed7.csv",
+        P.SOURCE / "call1" / "powertrip-seed5.csv",  # another policy: never a source
+    ]
+    if not all(path.exists() for path in committed):
+        pytest.skip("the committed plateau runs are not here")
+    for path in committed:
+        (tmp_path / path.parent.name).mkdir(exist_ok=True)
+        (tmp_path / path.parent.name / path.name).write_bytes(path.read_bytes())
+    draws = P.load_draws(tmp_path)
+    replayed = P.replayed_draws(draws, P.COMBINED_ARM)
+    assert sorted((d.seed, d.source) for d in replayed) == [
+        (5, "cpu4, replayed from adaptive-min_probe1"),
+        (9, "call3, replayed"),
+        (9, "call3, replayed from adaptive-stall_rounds20"),
+    ]
+    assert all(d.arm == P.COMBINED_ARM and d.reached for d in replayed)
+    seed7 = next(d for d in draws if d.seed == 7)
+    options = {"min_probe": 1.0, "stall_rounds": 20.0}
+    decisions = replay(plateau_config("adaptive", options, 7), list(seed7.rows[:180]))
+    pairs = zip(decisions, seed7.ks[:180], strict=True)
+    first = next(i for i, (d, k) in enumerate(pairs, 1) if d.k != k)
+    assert (first, seed7.ks[first - 1], decisions[first - 1].k) == (180, 1, 22)
+    assert "stall_rounds 20" in decisions[first - 1].explanation["reason"]
+    # a run of the arm itself replaces the replayed draws of its seed
+    ran = P.Draw(P.COMBINED_ARM, 9, "cpu5", 7.0, True, 250, (20,), ())
+    assert {d.seed for d in P.replayed_draws([*draws, ran], P.COMBINED_ARM)} == {5}
+
+
 def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_locked():
     """Replayed with min_probe = 1, a committed uniform-power adaptive service run (45 %
     target) keeps every decision until the first round where the plain policy held k
     because the slope was unknown and the next site cost more than probe_cost; there, and
     only there, the option probes one site more. (17 of the 62 runs meet that round, most
-    at round 5 or 6 holding k0 = 5; the README counts them.)"""
+    at round 5 or 6 holding k0 = 5; the README counts them.) In these runs (43 rounds at
+    most) no set goes 20 rounds without a new best, so stall_rounds = 20 never binds: both
+    options together decide as min_probe alone."""
     changed = unchanged = 0
     for folder, run, rows in committed_uniform_service_runs(("adaptive",)):
         plain = replay(run, rows)
         option = replay(
             dataclasses.replace(run, policy_params={**run.policy_params, "min_probe": 1}), rows
         )
+        both = replay(
+            dataclasses.replace(
+                run, policy_params={**run.policy_params, "min_probe": 1, "stall_rounds": 20}
+            ),
+            rows,
+        )
+        assert [d.k for d in both] == [d.k for d in option], folder
         first = next(
             (i for i, (a, b) in enumerate(zip(plain, option, strict=True)) if a.k != b.k), None
         )
