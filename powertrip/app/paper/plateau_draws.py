@@ -98,32 +98,59 @@ def report(folder: Path, target: float = TARGET) -> Path:
 
 
 def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> Path:
-    """Accuracy against simulated hours (the target as a line: who crosses it first), and
-    the k each policy chose by round."""
+    """One row per seed: accuracy against simulated hours (the target as a line: who
+    crosses it first) and the k each policy chose by round. A row per seed because 50
+    draws on one axis hide each other; one colour per arm in a legend above the rows. A
+    label `arm [draw]` names the draw: a second draw of an arm on a seed is dashed, and a
+    draw replayed from another run (the same rounds) dotted, over that run's line."""
+    import matplotlib
+    from matplotlib.lines import Line2D
+
     from powertrip.app.report.figures import new_figure, save_figure
 
-    fig = new_figure(width=12, height=4.5)
-    left, right = fig.subplots(1, 2)
+    def base(label: str) -> str:  # "adaptive [call2]" -> "adaptive": one colour per arm
+        return label.split(" [")[0]
 
-    def base(arm: str) -> str:  # "adaptive [call2]" -> "adaptive": one colour per arm
-        return arm.split(" [")[0]
-
-    arms = sorted({base(arm) for arm, _ in runs})
-    colours = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
+    arms = sorted({base(label) for label, _ in runs})
+    cmap = matplotlib.colormaps["tab10" if len(arms) <= 10 else "tab20"]
+    colours = {arm: cmap(i % cmap.N) for i, arm in enumerate(arms)}
     seeds = sorted({seed for _, seed in runs})
-    styles = {seed: ("-", "--", ":", "-.")[i % 4] for i, seed in enumerate(seeds)}
-    for (arm, seed), rows in sorted(runs.items()):
-        hours = [float(r["sim_time_s"]) / 3600 for r in rows]
-        accuracy = [100 * float(r["accuracy"]) for r in rows]
-        style = dict(color=colours[base(arm)], linestyle=styles[seed], linewidth=1)
-        left.plot(hours, accuracy, label=f"{arm} s{seed}", **style)
-        if "static" not in arm:
-            right.plot(range(1, len(rows) + 1), [int(r["k"]) for r in rows], **style)
-    left.axhline(100 * target, color="grey", linewidth=0.8)
-    left.set(xlabel="simulated hours", ylabel="held-out accuracy (%)", ylim=(40, 65),
-             title=f"accuracy against time (target {target:.0%})")  # fmt: skip
-    left.legend(fontsize=6, ncol=2)
-    right.set(xlabel="round", ylabel="k", yscale="log", title="k chosen by the policies")
+    legend_rows = -(-len(arms) // 4) + 1
+    fig = new_figure(width=12, height=0.25 * legend_rows + 2.4 * len(seeds))
+    grid = fig.add_gridspec(
+        len(seeds) + 1, 2, height_ratios=[0.1 * legend_rows] + [1.0] * len(seeds)
+    )
+    for row, seed in enumerate(seeds, 1):
+        left, right = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
+        drawn: dict[str, int] = {}
+        for (label, s), rows in sorted(runs.items(), key=lambda item: "replayed" in item[0][0]):
+            if s != seed or not rows:
+                continue
+            arm = base(label)
+            style = ":" if "replayed" in label else ("-", "--", "-.")[drawn.get(arm, 0) % 3]
+            drawn[arm] = drawn.get(arm, 0) + ("replayed" not in label)
+            line = dict(color=colours[arm], linestyle=style, linewidth=1.2)
+            hours = [float(r["sim_time_s"]) / 3600 for r in rows]
+            left.plot(hours, [100 * float(r["accuracy"]) for r in rows], **line)
+            if "static" not in arm:
+                right.plot(range(1, len(rows) + 1), [int(r["k"]) for r in rows], **line)
+        left.axhline(100 * target, color="black", linewidth=0.6)
+        left.set(ylabel=f"seed {seed}\naccuracy (%)", ylim=(40, 65))
+        right.set(ylabel="k", yscale="log")
+        if row == 1:
+            left.set_title(f"accuracy against simulated time (target {target:.0%})")
+            right.set_title("k chosen by the online policies")
+        if row == len(seeds):
+            left.set_xlabel("simulated hours")
+            right.set_xlabel("round")
+    handles = [Line2D([], [], color=colours[arm], label=arm) for arm in arms]
+    handles += [
+        Line2D([], [], color="black", linestyle="--", label="a second draw"),
+        Line2D([], [], color="black", linestyle=":", label="replayed from another run"),
+    ]
+    legend = fig.add_subplot(grid[0, :])
+    legend.axis("off")
+    legend.legend(handles=handles, loc="center", ncol=4, fontsize=8, frameon=False)
     return save_figure(fig, out)
 
 
