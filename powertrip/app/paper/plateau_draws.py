@@ -120,6 +120,7 @@ def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> P
     grid = fig.add_gridspec(
         len(seeds) + 1, 2, height_ratios=[0.1 * legend_rows] + [1.0] * len(seeds)
     )
+    used: set[str] = set()  # line styles drawn, for the legend
     for row, seed in enumerate(seeds, 1):
         left, right = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
         drawn: dict[str, int] = {}
@@ -128,6 +129,7 @@ def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> P
                 continue
             arm = base(label)
             style = ":" if "replayed" in label else ("-", "--", "-.")[drawn.get(arm, 0) % 3]
+            used.add(style)
             drawn[arm] = drawn.get(arm, 0) + ("replayed" not in label)
             line = dict(color=colours[arm], linestyle=style, linewidth=1.2)
             hours = [float(r["sim_time_s"]) / 3600 for r in rows]
@@ -145,8 +147,9 @@ def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> P
             right.set_xlabel("round")
     handles = [Line2D([], [], color=colours[arm], label=arm) for arm in arms]
     handles += [
-        Line2D([], [], color="black", linestyle="--", label="a second draw"),
-        Line2D([], [], color="black", linestyle=":", label="replayed from another run"),
+        Line2D([], [], color="black", linestyle=style, label=label)
+        for style, label in (("--", "a second draw"), (":", "replayed from another run"))
+        if style in used
     ]
     legend = fig.add_subplot(grid[0, :])
     legend.axis("off")
