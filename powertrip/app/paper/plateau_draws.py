@@ -121,10 +121,12 @@ def plot(runs: dict[tuple[str, int], list[dict]], target: float, out: Path) -> P
         len(seeds) + 1, 2, height_ratios=[0.1 * legend_rows] + [1.0] * len(seeds)
     )
     used: set[str] = set()  # line styles drawn, for the legend
+    # the runs first, by label (an earlier batch solid), then replayed draws over them
+    order = sorted(runs.items(), key=lambda kv: ("replayed" in kv[0][0], kv[0]))
     for row, seed in enumerate(seeds, 1):
         left, right = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
         drawn: dict[str, int] = {}
-        for (label, s), rows in sorted(runs.items(), key=lambda item: "replayed" in item[0][0]):
+        for (label, s), rows in order:
             if s != seed or not rows:
                 continue
             arm = base(label)
