@@ -263,22 +263,37 @@ def test_the_figure_chooses_kstar_on_training_seeds_and_judges_held_out_draws(tm
     assert P.plots({}, tmp_path / "out", meta)[0].stat().st_size > 10_000
 
 
+def committed_draws_in(tmp_path, paths, folder: str | None = None) -> list:
+    """The committed plateau runs `paths`, copied into `tmp_path`/<folder, or each run's own
+    folder> and read as draws (the test is skipped where they are not here)."""
+    from powertrip.app.paper.plateau_draws import load_draws
+
+    if not all(path.exists() for path in paths):
+        pytest.skip("the committed plateau runs are not here")
+    for path in paths:
+        target = tmp_path / (folder or path.parent.name)
+        target.mkdir(exist_ok=True)
+        (target / path.name).write_bytes(path.read_bytes())
+    return load_draws(tmp_path)
+
+
+def first_departure(decisions, ks) -> int:
+    """The first round (from 1) whose replayed decision chose another k than the run."""
+    pairs = zip(decisions, ks, strict=True)
+    return next(i for i, (d, k) in enumerate(pairs, 1) if d.k != k)
+
+
 def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_path):
     """The stall option never binds before seed 7's PowerTrip reached 62 % (no 20 rounds
     without a new best), so that run is also the option's; on seed 6 it binds at round 244
     (7 sites stalled at 57.4 %), so that run is not."""
     from powertrip.app.paper import plateau_target as P
 
-    committed = {
-        7: P.SOURCE / "cpu" / "powertrip-seed7.csv",
-        6: P.SOURCE / "call2" / "powertrip-seed6.csv",
-    }
-    if not all(path.exists() for path in committed.values()):
-        pytest.skip("the committed plateau runs are not here")
-    for path in committed.values():
-        (tmp_path / "runs").mkdir(exist_ok=True)
-        (tmp_path / "runs" / path.name).write_bytes(path.read_bytes())
-    draws = P.load_draws(tmp_path)
+    committed = [
+        P.SOURCE / "cpu" / "powertrip-seed7.csv",
+        P.SOURCE / "call2" / "powertrip-seed6.csv",
+    ]
+    draws = committed_draws_in(tmp_path, committed, folder="runs")
     replayed = P.replayed_draws(draws, P.STALL_ARM)
     assert [(d.arm, d.seed, d.source) for d in replayed] == [(P.STALL_ARM, 7, "runs, replayed")]
     assert replayed[0].hours == next(d.hours for d in draws if d.seed == 7)
@@ -286,7 +301,7 @@ def test_a_plain_run_the_option_replays_unchanged_is_also_the_options_draw(tmp_p
     from powertrip.app.paper.plateau_setup import plateau_config, replay
 
     decisions = replay(plateau_config("powertrip", {"stall_rounds": 20.0}, 6), list(seed6.rows))
-    first = next(i for i, (d, k) in enumerate(zip(decisions, seed6.ks, strict=True), 1) if d.k != k)
+    first = first_departure(decisions, seed6.ks)
     assert first == 244 and decisions[first - 1].k == 12  # 7 sites stalled: floor 7 + 5
 
 
@@ -299,13 +314,9 @@ def test_min_probe_replays_the_plain_run_that_probed_within_budget_and_not_the_l
     from powertrip.app.paper import plateau_target as P
     from powertrip.app.paper.plateau_setup import plateau_config, replay
 
-    committed = {s: P.SOURCE / "call3" / f"adaptive-seed{s}.csv" for s in (7, 9)}
-    if not all(path.exists() for path in committed.values()):
-        pytest.skip("the committed plateau runs are not here")
-    (tmp_path / "call3").mkdir()
-    for path in committed.values():
-        (tmp_path / "call3" / path.name).write_bytes(path.read_bytes())
-    draws = P.load_draws(tmp_path)
+    draws = committed_draws_in(
+        tmp_path, [P.SOURCE / "call3" / f"adaptive-seed{s}.csv" for s in (7, 9)]
+    )
     replayed = P.replayed_draws(draws, P.MIN_PROBE_ARM)
     assert [(d.arm, d.seed) for d in replayed] == [(P.MIN_PROBE_ARM, 9)]
     seed7 = next(d for d in draws if d.seed == 7)
@@ -331,12 +342,7 @@ def test_the_combined_arm_is_drawn_from_runs_with_fewer_of_its_options(tmp_path)
         P.SOURCE / "cpu4" / "adaptive-min_probe1-seed7.csv",
         P.SOURCE / "call1" / "powertrip-seed5.csv",  # another policy: never a source
     ]
-    if not all(path.exists() for path in committed):
-        pytest.skip("the committed plateau runs are not here")
-    for path in committed:
-        (tmp_path / path.parent.name).mkdir(exist_ok=True)
-        (tmp_path / path.parent.name / path.name).write_bytes(path.read_bytes())
-    draws = P.load_draws(tmp_path)
+    draws = committed_draws_in(tmp_path, committed)
     replayed = P.replayed_draws(draws, P.COMBINED_ARM)
     assert sorted((d.seed, d.source) for d in replayed) == [
         (5, "cpu4, replayed from adaptive-min_probe1"),
@@ -347,8 +353,7 @@ def test_the_combined_arm_is_drawn_from_runs_with_fewer_of_its_options(tmp_path)
     seed7 = next(d for d in draws if d.seed == 7)
     options = {"min_probe": 1.0, "stall_rounds": 20.0}
     decisions = replay(plateau_config("adaptive", options, 7), list(seed7.rows[:180]))
-    pairs = zip(decisions, seed7.ks[:180], strict=True)
-    first = next(i for i, (d, k) in enumerate(pairs, 1) if d.k != k)
+    first = first_departure(decisions, seed7.ks[:180])
     assert (first, seed7.ks[first - 1], decisions[first - 1].k) == (180, 1, 22)
     assert "stall_rounds 20" in decisions[first - 1].explanation["reason"]
     # a run of the arm itself replaces the replayed draws of its seed
