@@ -171,7 +171,8 @@ class Adaptive(Policy):
         "probe_backoff x 2^m rounds (OUR CHOICE). Options off by default: shrink_in_fit=1, "
         "block_se=1, stall_rounds=R (after R rounds without a new best accuracy, k stays at "
         "least a probe step above the largest k of those rounds), min_probe=1 (with the slope "
-        "unknown, probe one site even when it costs more than probe_cost)."
+        "unknown, probe one site even when it costs more than probe_cost), level_se=1 (the "
+        "slope's standard error counts the fitted level's error too)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
@@ -188,6 +189,7 @@ class Adaptive(Policy):
         "block_se": 0.0,  # 1: the slope's se counts runs of equal k, not rounds
         "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
         "min_probe": 0.0,  # 1: with the slope unknown, probe one site whatever its cost
+        "level_se": 0.0,  # 1: the slope's se counts the fitted level's error (delta method)
     }
     ranking = "power-to-cost score (Eq. 8)"
 
@@ -244,8 +246,8 @@ class Adaptive(Policy):
         fit_rounds, half_life = int(p["fit_rounds"]), p["half_life"]
         ks = [int(h.k) for h in history]
         k_cur = int(min(max(1, ks[-1]), n))
-        block_se = bool(p["block_se"])
-        fit = fit_gain(history, k_cur, fit_rounds, half_life, block_se)
+        block_se, level_se = bool(p["block_se"]), bool(p["level_se"])
+        fit = fit_gain(history, k_cur, fit_rounds, half_life, block_se, level_se)
         hold = int(p["probe_rounds"])
         cap = growth_cap(ks, hold, p["probe_backoff"], n)
         step = probe_step(p, n)
@@ -267,7 +269,7 @@ class Adaptive(Policy):
         if trial is not None:
             c, a, b = trial[0], min(trial[1], n), min(trial[2], n)
             since = len(ks) - c
-            prior = fit_gain(history[:c], a, fit_rounds, half_life, block_se)
+            prior = fit_gain(history[:c], a, fit_rounds, half_life, block_se, level_se)
             if a < b == k_cur and prior.enough:
                 probe = not prior.known
                 if since == 1:

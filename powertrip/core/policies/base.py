@@ -250,6 +250,7 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "probe_rounds": (_whole(1), "a whole number >= 1"),
     "probe_backoff": (_whole(0), "a whole number >= 0"),
     "min_probe": (lambda v: v in (0, 1), "0 or 1"),
+    "level_se": (lambda v: v in (0, 1), "0 or 1"),
     # named choices (powertrip.core.policyparams): their index on the wire
     **{name: _choice_rule(names) for name, names in CHOICES.items()},
 }

@@ -63,9 +63,12 @@ def fit_gain(
     fit_rounds: int,
     half_life: float,
     block_se: bool = False,
+    level_se: bool = False,
 ) -> GainFit:
     """The weighted least-squares gain fit of adaptive's docstring (step 2); with
-    `block_se`, the slope's standard error is at least `block_slope_se` of the window."""
+    `block_se`, the slope's standard error is at least `block_slope_se` of the window;
+    with `level_se`, the relative slope's standard error counts the level's uncertainty
+    too (`_relative_fit`)."""
     if len(history) < 2:
         return GainFit()
     accuracies = np.array([h.accuracy for h in history], dtype=np.float64)
@@ -111,7 +114,7 @@ def fit_gain(
         at = list(columns).index("slope")
         se = math.sqrt(max(sigma2 * float(cov[at, at]), 0.0))
         if named["level"] > 0:
-            refined = _relative_fit(columns, named, gains, w, dof)
+            refined = _relative_fit(columns, named, gains, w, dof, level_se)
             if refined is not None:
                 named["slope"], se, sigma2 = refined
         if block_se:
@@ -150,12 +153,17 @@ def _relative_fit(
     gains: np.ndarray,
     w: np.ndarray,
     dof: int,
+    level_se: bool = False,
 ) -> tuple[float, float, float] | None:
     """The slope as a share of the gain: dA_j = (L + c y_j)(1 + r x_j), x = ln(k_j/k_ref),
     y = the state, by Gauss-Newton from the linear fit (r = s / L). The linear model's
     slope s is in gain units, and gains shrink as the run goes on: averaged over the window
     it overstates what more sites buy now. Returns (slope L r, its se, sigma^2) at the
-    next round (y = 0), or None when it does not converge."""
+    next round (y = 0), or None when it does not converge.
+
+    The se of s = L r is L x se(r) by default, as if L were known. With `level_se` it is
+    the delta method's, sqrt(g' Cov g) with g = (r, 0, L): L's own error counts, so a level
+    near 0 (a gain lost in the noise) no longer makes a slope of the same size look sure."""
     x = columns["slope"]
     y = columns.get("state", np.zeros_like(x))
     theta = np.array([named["level"], named.get("state", 0.0), named["slope"] / named["level"]])
@@ -188,8 +196,12 @@ def _relative_fit(
         cov = sigma2 * np.linalg.inv(a.T @ a)
     except np.linalg.LinAlgError:
         return None
-    se_rel = math.sqrt(max(float(cov[-1, -1]), 0.0))
     named["level"], named["state"] = float(level), float(state)
+    if level_se:
+        grad = np.zeros(len(cov))
+        grad[0], grad[-1] = rel, level  # d(L r)/dL, d(L r)/dr
+        return float(level * rel), math.sqrt(max(float(grad @ cov @ grad), 0.0)), sigma2
+    se_rel = math.sqrt(max(float(cov[-1, -1]), 0.0))
     return float(level * rel), float(level * se_rel), sigma2
 
 
