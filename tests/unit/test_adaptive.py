@@ -68,13 +68,24 @@ FLAT = saturating(lambda k: 0.05)
 RISING = saturating(lambda k: 0.03 * (1 + 0.5 * math.log(k)))
 
 
-def simulate(gain, rounds, policy="adaptive", params=None, table=None, until=None):
+def simulate(gain, rounds, policy="adaptive", params=None, table=None, until=None, **noisy):
     """The run loop in miniature: decide, charge the clock, gain, record. Returns the k of
     every round, the decisions and the simulated time at which `until` was reached."""
+    history, decisions, reached = run_loop(gain, rounds, policy, params, table, until, **noisy)
+    return [h.k for h in history], decisions, reached
+
+
+def run_loop(
+    gain, rounds, policy="adaptive", params=None, table=None, until=None, noise=0.0, seed=0
+):
+    """`simulate`'s loop, returning the history the policy saw. With `noise`, every
+    recorded accuracy is the true one plus N(0, noise) (an evaluation's error, seeded); the
+    training, and `until`, follow the true accuracy."""
     table = table or gentle_table()
+    rng = np.random.default_rng(seed)
     history: list[PastRound] = []
     accuracy, clock, reached = 0.0, 0.0, math.inf
-    ks, decisions = [], []
+    decisions = []
     for r in range(1, rounds + 1):
         d = get_policy(policy).select(ctx(table, history, round=r, params=params or {}))
         accuracy += gain(d.k, accuracy)
@@ -82,10 +93,10 @@ def simulate(gain, rounds, policy="adaptive", params=None, table=None, until=Non
         clock += seconds
         if until is not None and accuracy >= until and reached == math.inf:
             reached = clock
-        history.append(PastRound(r, d.k, accuracy, seconds))
-        ks.append(d.k)
+        measured = accuracy + rng.normal(0.0, noise) if noise else accuracy
+        history.append(PastRound(r, d.k, measured, seconds))
         decisions.append(d)
-    return ks, decisions, reached
+    return history, decisions, reached
 
 
 def history_at(ks, gain=RISING, table=None) -> list[PastRound]:
@@ -325,6 +336,7 @@ def test_other_work_models_use_their_own_estimate():
         ("probe_margin", 0),
         ("probe_backoff", 1.5),
         ("min_probe", 2),
+        ("level_se", 0.5),
         ("m_ref_gb", 0),
         ("window", 3),  # powertrip's, not adaptive's
     ],
@@ -486,3 +498,49 @@ def test_min_probe_leaves_runs_whose_probes_fit_the_budget_alone():
     # on the gentle table every probe fits probe_cost: the option never binds
     for gain in (RISING, FLAT):
         assert simulate(gain, 40, params={"min_probe": 1})[0] == simulate(gain, 40)[0]
+
+
+# ---- level_se: the slope's standard error counts the fitted level's error ------------------
+
+
+def test_level_se_leaves_noise_free_histories_alone():
+    for gain in (RISING, FLAT):
+        assert simulate(gain, 60, params={"level_se": 1})[0] == simulate(gain, 60)[0]
+
+
+def test_level_se_does_not_shrink_on_a_level_lost_in_the_noise():
+    """Evaluation noise of 0.006 on the rising gain (seed 0): at round 45 the plain fit put
+    the level at 6.5e-5, a sixtieth of one round's noise, and the slope at -7.7e-5 with a
+    standard error of 2.9e-6 (L x se(r), as if L were known), so it shrank 13 -> 10, the
+    first step of a fall to one site. Counting L's error, the slope is no evidence."""
+    history, decisions, _ = run_loop(RISING, 44, noise=0.006, seed=0)
+    plain = get_policy("adaptive").select(ctx(gentle_table(), history, round=45))
+    fit = plain.explanation["fit"]
+    assert (history[-1].k, plain.k) == (13, 10) and plain.explanation["reason"].startswith("shrink")
+    assert fit["level"] < fit["sigma"] / 50 and fit["slope_se"] < abs(fit["slope"]) / 10
+    option = get_policy("adaptive").select(
+        ctx(gentle_table(), history, round=45, params={"level_se": 1})
+    )
+    wider = option.explanation["fit"]
+    assert (wider["level"], wider["slope"]) == (fit["level"], fit["slope"])  # same estimates
+    assert wider["slope_se"] > 100 * fit["slope_se"] and wider["slope_se"] > abs(fit["slope"])
+    assert option.k == 13, option.explanation["reason"]
+
+
+def test_level_se_makes_the_fall_to_one_site_rarer_under_evaluation_noise():
+    """Eight seeds of noise 0.003 on the rising gain (the best static k is 13): the plain fit
+    fell to k <= 2 in 36 % of the last 60 of 120 rounds, with the option in 2.5 %, and
+    reached 0.85 no later on average."""
+
+    def late_small_share_and_mean_time(params):
+        runs = [
+            simulate(RISING, 120, params=params, until=0.85, noise=0.003, seed=seed)
+            for seed in range(8)
+        ]
+        share = np.mean([sum(k <= 2 for k in ks[-60:]) / 60 for ks, _, _ in runs])
+        return share, np.mean([reached for _, _, reached in runs])
+
+    plain_share, plain_time = late_small_share_and_mean_time({})
+    option_share, option_time = late_small_share_and_mean_time({"level_se": 1})
+    assert plain_share > 0.3 and option_share < 0.05
+    assert option_time <= plain_time

@@ -361,6 +361,26 @@ def test_the_combined_arm_is_drawn_from_runs_with_fewer_of_its_options(tmp_path)
     assert {d.seed for d in P.replayed_draws([*draws, ran], P.COMBINED_ARM)} == {5}
 
 
+def test_level_se_holds_where_the_stall_run_of_seed_9_began_its_fall(tmp_path):
+    """Round 71 of seed 9's stall run: the fit put the slope at -0.00119 with a standard
+    error of 0.00118 (L x se(r)), so s + se < 0 and k shrank 31 -> 24, the first step of a
+    fall to 4 sites by round 75. With level_se the error is 0.00138 and k holds at 31. The
+    option changes that run from there, so the run is not the level_se arm's draw."""
+    from powertrip.app.paper import plateau_target as P
+    from powertrip.app.paper.plateau_setup import plateau_config, replay
+
+    draws = committed_draws_in(tmp_path, [P.SOURCE / "call3" / "adaptive-stall_rounds20-seed9.csv"])
+    assert P.replayed_draws(draws, P.LEVEL_SE_ARM) == []
+    rows = list(draws[0].rows)
+    plain = replay(plateau_config("adaptive", {"stall_rounds": 20.0}, 9), rows[:71])[-1]
+    option_config = plateau_config("adaptive", {"stall_rounds": 20.0, "level_se": 1.0}, 9)
+    decisions = replay(option_config, rows[:71])
+    assert first_departure(decisions, draws[0].ks[:71]) == 71
+    fit, wider = plain.explanation["fit"], decisions[-1].explanation["fit"]
+    assert (plain.k, decisions[-1].k) == (24, 31)
+    assert fit["slope"] + fit["slope_se"] < 0 < wider["slope"] + wider["slope_se"]
+
+
 def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_locked():
     """Replayed with min_probe = 1, a committed uniform-power adaptive service run (45 %
     target) keeps every decision until the first round where the plain policy held k
