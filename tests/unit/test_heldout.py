@@ -150,7 +150,11 @@ def test_an_online_option_is_an_arm_of_its_own_on_training_and_heldout_seeds(tmp
 
 
 def test_the_options_are_adaptives_and_their_runs_carry_their_params():
-    assert [o.arm for o in H.OPTIONS] == ["adaptive+shrink_in_fit", "adaptive+block_se"]
+    assert [o.arm for o in H.OPTIONS] == [
+        "adaptive+shrink_in_fit",
+        "adaptive+block_se",
+        "adaptive+level_se",
+    ]
     from powertrip.core.policies import get_policy
 
     for option in H.OPTIONS:

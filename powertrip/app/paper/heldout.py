@@ -73,8 +73,9 @@ class Option:
     setups: tuple[Variant, ...]  # the set-ups it is run on
 
 
-#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), and block_se=1
-#: (judged on uniform's and trace's training seeds, then run on every held-out set-up)
+#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), block_se=1
+#: (judged on uniform's and trace's training seeds, then run on every held-out set-up), and
+#: level_se=1 (uniform, trace)
 OPTIONS: tuple[Option, ...] = (
     Option(
         "adaptive+shrink_in_fit",
@@ -84,6 +85,9 @@ OPTIONS: tuple[Option, ...] = (
         (UNIFORM, TRACE),
     ),
     Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}, SETUPS),
+    Option(
+        "adaptive+level_se", "adaptive-levelse", "adaptive", {"level_se": 1.0}, (UNIFORM, TRACE)
+    ),
 )
 
 

@@ -103,6 +103,20 @@ round 5 or 6 and then met the traps that `stall_rounds` ends: a negative fitted 
 largest sets trained where the gain per round was already falling) shrank k to one site,
 and on seed 8 a failed trial's back-off held k at 3 for 150 rounds; alone, it does not
 bring `adaptive` within 5 % of k*.
+
+Option, off by default (`level_se=1`): the relative slope's standard error by the delta
+method, counting the fitted level's error (`gainfit._relative_fit`). By default it is
+L x se(r), as if the level L were known: where L is lost in the noise, the se of s = L r
+shrinks with L while s need not, and a slope of a few noise-free-looking standard errors
+starts a shrink. Found in the shrinks to one site of the plateau runs (seed 7 of
+results/plateau-policies/cpu5, round 37: s = -0.0017, se = 0.0002, one round's noise
+0.0048) and reproduced on a hand-made history with evaluation noise (tests/unit/
+test_adaptive.py: at round 45, L = 6.5e-5, s = -7.7e-5, se = 2.9e-6, a shrink 13 -> 10 and
+then a fall to one site). With the option the se there is over 100 times larger and k
+holds; over 8 noise seeds of 0.003 the share of late rounds at <= 2 sites falls from 36 %
+to 2.5 %. It does not end every fall: the state term's own bias (an evaluation's noise is
+in both a gain and the next round's start) is left as it is. Growth is held back too, as
+s - se is smaller. Evaluated as its own arm (with stall_rounds=20 at the plateau target).
 """
 
 from __future__ import annotations
