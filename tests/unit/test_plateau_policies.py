@@ -139,6 +139,10 @@ def test_the_report_bounds_a_cut_off_run_and_compares_with_the_best_static(tmp_p
     assert "> 2.000 (cut off)" in text
     assert "powertrip +50.0% against static-k10" in text
     assert "adaptive +0.0% against static-k10 (cut off: at least)" in text
+    # a seed without static runs in the folder is sent to the figure, which has them all
+    write("adaptive-seed1.csv", [0.1, 0.7], 3600)
+    text = report(tmp_path).read_text()
+    assert "- seed 1: no static k run in this folder reached the target (the figure" in text
 
 
 COMMITTED_GPU_RUNS = sorted(

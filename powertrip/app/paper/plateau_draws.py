@@ -83,7 +83,10 @@ def report(folder: Path, target: float = TARGET) -> Path:
     for seed in sorted({x.seed for x in draws}):
         static = {x.arm: x.hours for x in draws if x.seed == seed and x.reached and x.static_k}
         if not static:
-            lines.append(f"- seed {seed}: no static k reached the target")
+            lines.append(
+                f"- seed {seed}: no static k run in this folder reached the target (the "
+                "figure, `powertrip reproduce --figure 8-9-plateau`, compares across folders)"
+            )
             continue
         best = min(static, key=static.__getitem__)
         for x in draws:
