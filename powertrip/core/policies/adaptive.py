@@ -117,6 +117,11 @@ holds; over 8 noise seeds of 0.003 the share of late rounds at <= 2 sites falls 
 to 2.5 %. It does not end every fall: the state term's own bias (an evaluation's noise is
 in both a gain and the next round's start) is left as it is. Growth is held back too, as
 s - se is smaller. Evaluated as its own arm (with stall_rounds=20 at the plateau target).
+Its runs: at 45 %, held-out seeds 5-9, +2.4 % against k* on uniform and -5.7 % on trace
+(block_se: +2.4 %, -6.4 %); at 62 % (results/plateau-policies/cpu6) seed 6 held 7 sites for
+281 rounds, +12.4 % against k* = 20, because the growth that had saved the stall run there
+came from the same understated se; seed 9 no longer fell to 4 sites but held 25-67, +36.7 %.
+Alone it does not bring `adaptive` within 5 % of k*.
 """
 
 from __future__ import annotations
