@@ -513,7 +513,7 @@ def test_level_se_does_not_shrink_on_a_level_lost_in_the_noise():
     the level at 6.5e-5, a sixtieth of one round's noise, and the slope at -7.7e-5 with a
     standard error of 2.9e-6 (L x se(r), as if L were known), so it shrank 13 -> 10, the
     first step of a fall to one site. Counting L's error, the slope is no evidence."""
-    history, decisions, _ = run_loop(RISING, 44, noise=0.006, seed=0)
+    history, _, _ = run_loop(RISING, 44, noise=0.006, seed=0)
     plain = get_policy("adaptive").select(ctx(gentle_table(), history, round=45))
     fit = plain.explanation["fit"]
     assert (history[-1].k, plain.k) == (13, 10) and plain.explanation["reason"].startswith("shrink")
