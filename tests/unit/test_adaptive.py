@@ -76,18 +76,29 @@ def simulate(gain, rounds, policy="adaptive", params=None, table=None, until=Non
 
 
 def run_loop(
-    gain, rounds, policy="adaptive", params=None, table=None, until=None, noise=0.0, seed=0
+    gain,
+    rounds,
+    policy="adaptive",
+    params=None,
+    table=None,
+    until=None,
+    noise=0.0,
+    seed=0,
+    target=math.inf,
 ):
     """`simulate`'s loop, returning the history the policy saw. With `noise`, every
     recorded accuracy is the true one plus N(0, noise) (an evaluation's error, seeded); the
-    training, and `until`, follow the true accuracy."""
+    training, and `until`, follow the true accuracy. `target` is the run's target as the
+    policy sees it (the loop does not stop there)."""
     table = table or gentle_table()
     rng = np.random.default_rng(seed)
     history: list[PastRound] = []
     accuracy, clock, reached = 0.0, 0.0, math.inf
     decisions = []
     for r in range(1, rounds + 1):
-        d = get_policy(policy).select(ctx(table, history, round=r, params=params or {}))
+        d = get_policy(policy).select(
+            ctx(table, history, round=r, params=params or {}, target_accuracy=target)
+        )
         accuracy += gain(d.k, accuracy)
         seconds = clock_time(table, d.order)
         clock += seconds

@@ -140,6 +140,7 @@ from powertrip.core.policies.base import (
     rounded,
     small_k0,
 )
+from powertrip.core.policies.ceiling import apply_ceiling_floor
 from powertrip.core.policies.feedback import apply_stall_floor
 from powertrip.core.policies.gainfit import (
     MIN_FIT_POINTS,
@@ -191,7 +192,9 @@ class Adaptive(Policy):
         "block_se=1, stall_rounds=R (after R rounds without a new best accuracy, k stays at "
         "least a probe step above the largest k of those rounds), min_probe=1 (with the slope "
         "unknown, probe one site even when it costs more than probe_cost), level_se=1 (the "
-        "slope's standard error counts the fitted level's error too)."
+        "slope's standard error counts the fitted level's error too), ceiling_rounds=W "
+        "(when W rounds at one k level off below the target, k stays at least a probe step "
+        "above that k)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
@@ -209,6 +212,8 @@ class Adaptive(Policy):
         "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
         "min_probe": 0.0,  # 1: with the slope unknown, probe one site whatever its cost
         "level_se": 0.0,  # 1: the slope's se counts the fitted level's error (delta method)
+        "ceiling_rounds": 0.0,  # W > 0: k's floor rises when W rounds at one k level off
+        # below the target (ceiling.py)
     }
     ranking = "power-to-cost score (Eq. 8)"
 
@@ -245,10 +250,21 @@ class Adaptive(Policy):
             )
         else:
             k = self._decide(ctx, p, times, n, explanation)
+            ks = [int(h.k) for h in ctx.history]
+            step = probe_step(p, n)
             if p["stall_rounds"] > 0:
-                ks = [int(h.k) for h in ctx.history]
-                step = probe_step(p, n)
                 k = apply_stall_floor(k, accuracies, ks, p["stall_rounds"], step, n, explanation)
+            if p["ceiling_rounds"] > 0:
+                k = apply_ceiling_floor(
+                    k,
+                    accuracies,
+                    ks,
+                    ctx.target_accuracy,
+                    p["ceiling_rounds"],
+                    step,
+                    n,
+                    explanation,
+                )
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
