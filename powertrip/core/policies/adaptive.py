@@ -122,6 +122,19 @@ Its runs: at 45 %, held-out seeds 5-9, +2.4 % against k* on uniform and -5.7 % o
 281 rounds, +12.4 % against k* = 20, because the growth that had saved the stall run there
 came from the same understated se; seed 9 no longer fell to 4 sites but held 25-67, +36.7 %.
 Alone it does not bring `adaptive` within 5 % of k*.
+
+Option, off by default (`ceiling_rounds=W`): once W or more rounds in a row ran at the current
+k, the accuracies of all of them are fitted to a saturating curve, and if even the highest
+ceiling they allow is below the run's target, k stays at least a probe step above that k
+(`ceiling.py`; no target, no floor). Found in the stall runs at the plateau target (seeds 5,
+7 and 8 of results/plateau-policies held 5-9 sites for 206-306 rounds, and seed 6 of cpu6
+held 7 for 281): a set creeping towards a ceiling below the target sets a new best every
+few rounds, so the stall floor does not rise, and a gain fit over a dozen rounds cannot see a
+ceiling a hundred rounds away. W = 30, fixed before any run. Replayed, it changes the stall
+runs of seeds 5-9 at rounds 50-154 (5 -> 10 sites on seeds 6-8), and none of the 103
+committed runs at 45 % (tests/unit/test_ceiling.py). It needs W uninterrupted rounds at one
+k: a probe and its return start the count again. Evaluated as its own arm, with
+stall_rounds=20.
 """
 
 from __future__ import annotations
