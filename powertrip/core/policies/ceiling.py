@@ -2,8 +2,8 @@
 off below the target is not enough, even while it still sets new bests.
 
 Why. A fixed set of sites trains towards an accuracy set by the data it holds. At the
-plateau target (62 %, results/plateau-policies) sets of 5-9 sites crept towards 59-61 % for
-180-300 rounds: each round gained a little, so the stall floor (no new best for R rounds)
+plateau target (62 %, results/plateau-policies) sets of 5-9 sites crept towards 52-61 % for
+206-306 rounds: each round gained a little, so the stall floor (no new best for R rounds)
 did not rise, and the gain fit (per-round gain against ln k over a dozen rounds) cannot see a
 ceiling a hundred rounds away. The accuracies of many rounds at one k can: fitted to a
 saturating curve, they say where this set levels off, and whether that is below the target
@@ -15,9 +15,9 @@ cannot see a bend that takes a hundred, and on the committed runs its bound swun
 0.35 and 10 from one window to the next) are fitted to A_t = C - D exp(-lam t) (t = 0, 1,
 ... from the run's first round at this k) by least squares for each lam on a geometric
 grid; C and D are linear for a fixed lam. The curves that fit about as well as the best one
-(a likelihood-ratio bound: RSS <= RSS_min (1 + 3.84 / (rounds - 3)), 95 % for one parameter)
-give the ceilings the data allow; each counts its own error too (C + 1.96 se(C), sigma from
-the best fit). The set is below the target only when the highest of them is. A trend that
+(a likelihood-ratio bound: RSS <= RSS_min (1 + 3.84 / (n - 3)) over the n rounds fitted,
+95 % for one parameter) give the ceilings the data allow; each counts its own error too
+(C + 1.96 se(C), sigma from the best fit). The set is below the target only when the highest of them is. A trend that
 shows no bend is fitted as well by a small lam, whose ceiling is far above any target, so a
 run that is still climbing steadily is never stopped by this check. Pure functions of the
 history, replayed on every decision, so a policy that uses them holds no state.
