@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from powertrip.app.paper.plateau_draws import arm_name, arm_policy, read_rows
 from powertrip.app.paper.plateau_setup import plateau_config, replay
@@ -154,8 +155,6 @@ def test_at_45_percent_the_option_would_not_have_changed_a_committed_run():
     the floor its history gives is also the option's run, decision for decision. At the
     45 % target no committed `adaptive` run (every set-up and option arm of
     results/reproduce/runs) met a set levelling off below the target in 30 rounds."""
-    import yaml
-
     runs = sorted(REPRODUCE.glob("*/seed*/adaptive/rounds.csv"))
     checked = 0
     for path in runs:

@@ -17,10 +17,11 @@ cannot see a bend that takes a hundred, and on the committed runs its bound swun
 grid; C and D are linear for a fixed lam. The curves that fit about as well as the best one
 (a likelihood-ratio bound: RSS <= RSS_min (1 + 3.84 / (n - 3)) over the n rounds fitted,
 95 % for one parameter) give the ceilings the data allow; each counts its own error too
-(C + 1.96 se(C), sigma from the best fit). The set is below the target only when the highest of them is. A trend that
-shows no bend is fitted as well by a small lam, whose ceiling is far above any target, so a
-run that is still climbing steadily is never stopped by this check. Pure functions of the
-history, replayed on every decision, so a policy that uses them holds no state.
+(C + 1.96 se(C), sigma from the best fit). The set is below the target only when the
+highest of them is. A trend that shows no bend is fitted as well by a small lam, whose
+ceiling is far above any target, so a run that is still climbing steadily is never stopped
+by this check. Pure functions of the history, replayed on every decision, so a policy that
+uses them holds no state.
 """
 
 from __future__ import annotations
