@@ -134,9 +134,10 @@ ceiling a hundred rounds away. W = 30, fixed before any run. Replayed, it change
 runs of seeds 5-9 at rounds 50-154 (5 -> 10 sites on seeds 6-8), and none of the 103
 committed runs at 45 % (tests/unit/test_ceiling.py). It needs W uninterrupted rounds at one
 k: a probe and its return start the count again. Evaluated as its own arm, with
-stall_rounds=20: at 62 % (results/plateau-policies/cpu7) held-out seeds 7 and 8 took 6.17 h
-and 6.26 h against static k = 20's 6.70 h and 7.05 h (-7.8 %, -11.2 %; the stall arm alone
--13.2 %, +22.4 %); with seed 9 replayed from a plain run (+11.0 %), -2.7 % [-11 %, +11 %].
+stall_rounds=20: at 62 % (results/plateau-policies/cpu7, cpu8) held-out seeds 5-8 took 7.17,
+5.94, 6.17 and 6.26 h against static k = 20's 8.43, 6.77, 6.70 and 7.05 h (-14.9 %, -12.3 %,
+-7.8 %, -11.2 %; the stall arm alone -7.7 %, -11.0 %, -13.2 %, +22.4 %); with seed 9
+replayed from a plain run (+11.0 %), -7.0 % [-13 %, +2 %] over five seeds.
 """
 
 from __future__ import annotations
