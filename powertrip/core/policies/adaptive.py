@@ -137,7 +137,9 @@ k: a probe and its return start the count again. Evaluated as its own arm, with
 stall_rounds=20: at 62 % (results/plateau-policies/cpu7, cpu8) held-out seeds 5-8 took 7.17,
 5.94, 6.17 and 6.26 h against static k = 20's 8.43, 6.77, 6.70 and 7.05 h (-14.9 %, -12.3 %,
 -7.8 %, -11.2 %; the stall arm alone -7.7 %, -11.0 %, -13.2 %, +22.4 %); with seed 9
-replayed from a plain run (+11.0 %), -7.0 % [-13 %, +2 %] over five seeds.
+replayed from a plain run (+11.0 %), -7.0 % [-13 %, +2 %] over five seeds. Neither floor
+binds on any committed run at 45 %, so there block_se=1 with both floors is the block_se arm;
+at 62 % (cpu9) that trio took -12.8 % and -13.3 % on seeds 7 and 8 (two seeds only).
 """
 
 from __future__ import annotations
