@@ -13,6 +13,7 @@ import yaml
 from powertrip.app.paper.plateau_draws import arm_name, arm_policy, read_rows
 from powertrip.app.paper.plateau_setup import plateau_config, replay
 from powertrip.core.policies import PolicyError, get_policy
+from powertrip.core.policies.adaptive import Adaptive, probe_step
 from powertrip.core.policies.base import PastRound
 from powertrip.core.policies.ceiling import ceiling_floor, ceiling_upper_bound
 from powertrip.core.policies.feedback import stall_floor
@@ -166,7 +167,7 @@ def test_at_45_percent_neither_floor_would_have_changed_a_committed_run():
         rows = read_rows(path)
         accuracies, ks = [float(r["accuracy"]) for r in rows], [int(r["k"]) for r in rows]
         n = int(config["num_sites"])
-        step = max(1, round(0.05 * n))
+        step = probe_step({**Adaptive.default_params, **(config.get("policy_params") or {})}, n)
         for r in range(1, len(rows)):
             floor, _ = ceiling_floor(accuracies[:r], ks[:r], config["target_accuracy"], 30, step, n)
             stall, _ = stall_floor(accuracies[:r], ks[:r], 20, step, n)
