@@ -131,7 +131,7 @@ ceiling they allow is below the run's target, k stays at least a probe step abov
 held 7 for 281): a set creeping towards a ceiling below the target sets a new best every
 few rounds, so the stall floor does not rise, and a gain fit over a dozen rounds cannot see a
 ceiling a hundred rounds away. W = 30, fixed before any run. Replayed, it changes the stall
-runs of seeds 5-9 at rounds 50-154 (5 -> 10 sites on seeds 6-8), and none of the 103
+runs of seeds 5-9 at rounds 50-154 (5 -> 10 sites on seeds 6-8), and none of the 112
 committed runs at 45 % (tests/unit/test_ceiling.py). It needs W uninterrupted rounds at one
 k: a probe and its return start the count again. Evaluated as its own arm, with
 stall_rounds=20: at 62 % (results/plateau-policies/cpu7, cpu8) held-out seeds 5-8 took 7.17,
