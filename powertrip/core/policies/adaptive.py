@@ -139,7 +139,9 @@ stall_rounds=20: at 62 % (results/plateau-policies/cpu7, cpu8) held-out seeds 5-
 -7.8 %, -11.2 %; the stall arm alone -7.7 %, -11.0 %, -13.2 %, +22.4 %); with seed 9
 replayed from a plain run (+11.0 %), -7.0 % [-13 %, +2 %] over five seeds. Neither floor
 binds on any committed run at 45 %, so there block_se=1 with both floors is the block_se arm;
-at 62 % (cpu9) that trio took -12.8 % and -13.3 % on seeds 7 and 8 (two seeds only).
+at 62 % (cpu9, cpu10) that trio took -13.6 %, -10.9 %, -12.8 %, -13.3 % and +14.0 % on
+held-out seeds 5-9 (-7.3 % on average). On seed 9 it grew to 41 sites and stayed: once the
+window holds one k only an upward probe can move k, so no rule here tries fewer sites.
 """
 
 from __future__ import annotations
