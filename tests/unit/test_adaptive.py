@@ -17,6 +17,8 @@ from powertrip.core.policies.gainfit import (
     fit_gain,
     growth_cap,
     last_growth,
+    last_shrink,
+    shrink_floor,
 )
 from powertrip.core.timemodel import prefix_round_time_estimates
 
@@ -348,6 +350,7 @@ def test_other_work_models_use_their_own_estimate():
         ("probe_backoff", 1.5),
         ("min_probe", 2),
         ("level_se", 0.5),
+        ("down_probe", 2),
         ("m_ref_gb", 0),
         ("window", 3),  # powertrip's, not adaptive's
     ],
@@ -555,3 +558,102 @@ def test_level_se_makes_the_fall_to_one_site_rarer_under_evaluation_noise():
     option_share, option_time = late_small_share_and_mean_time({"level_se": 1})
     assert plain_share > 0.3 and option_share < 0.05
     assert option_time <= plain_time
+
+
+# ---- down_probe: fewer sites, when the window holds one k and no probe up is possible ------
+
+
+def wall_table(at: int = 10, n: int = 40, slower: float = 1.5) -> SiteTable:
+    """The gentle table with every site from rank `at` on `slower` times slower: from k = at
+    the next site alone lengthens the round by about 50 %, so no probe up fits probe_cost."""
+    power = gentle_table(n).power.copy()
+    power[at:] = power[at:] / slower
+    return table_of(power)
+
+
+def continue_run(gain, history, rounds, params, table):
+    """The run loop from a given history on: decide, gain, record (no noise)."""
+    history, decisions = list(history), []
+    for _ in range(rounds):
+        d = get_policy("adaptive").select(ctx(table, history, params=params))
+        accuracy = history[-1].accuracy + gain(d.k, history[-1].accuracy)
+        history.append(PastRound(len(history) + 1, d.k, accuracy, clock_time(table, d.order)))
+        decisions.append(d)
+    return [h.k for h in history[-rounds:]], decisions
+
+
+def test_down_probe_ends_the_hold_above_the_wall_and_is_off_by_default():
+    """Thirteen rounds at 10 sites, just below a wall: the slope is unknown and the next
+    site costs 50 %, so plain adaptive holds 10 sites for good (held-out seed 9 at the
+    plateau target held 41 so for 136 rounds). With a gain flat in k, the option's probe to
+    8 sites gains as much in less time, is kept, and the fit takes k on down to one site."""
+    table = wall_table()
+    history = history_at([10] * 13, gain=FLAT, table=table)
+    plain_ks, plain = continue_run(FLAT, history, 30, {}, table)
+    assert plain_ks == [10] * 30
+    assert "the next site alone lengthens the round" in plain[0].explanation["reason"]
+    assert continue_run(FLAT, history, 30, {"down_probe": 0}, table)[0] == plain_ks
+    ks, decisions = continue_run(FLAT, history, 30, {"down_probe": 1}, table)
+    reason = decisions[0].explanation["reason"]
+    assert ks[:2] == [8, 8]  # 10 / probe_factor 1.25, held probe_rounds = 2 rounds
+    assert reason.startswith("probe 10 -> 8: slope unknown (one k in the window) and no probe up")
+    assert "(down_probe)" in reason
+    assert decisions[1].explanation["reason"] == "probe 10 -> 8 held: 1/2 round(s) measured"
+    assert ks[-10:] == [1] * 10
+
+
+def test_down_probe_is_undone_where_fewer_sites_gain_less_and_backs_off():
+    """Gain rising with k: the probe 10 -> 8 is held two rounds, the fit with them finds 8
+    less efficient, and k goes back to 10; the failed trial blocks the next probe down for
+    probe_backoff x 2^m rounds (10, then 20), as a failed probe up blocks growth."""
+    table = wall_table()
+    history = history_at([10] * 13, gain=RISING, table=table)
+    ks, decisions = continue_run(RISING, history, 60, {"down_probe": 1}, table)
+    assert ks[:3] == [8, 8, 10]
+    assert (
+        decisions[2]
+        .explanation["reason"]
+        .startswith(
+            "back 8 -> 10: with the probe's rounds in the fit, 8 sites are not more efficient"
+        )
+    )
+    # the return to 10 is not itself a growth to check and undo
+    assert ks[3] == 10
+    seq = [10, *ks]
+    probes = [i for i in range(1, len(seq)) if seq[i] < seq[i - 1]]
+    assert len(probes) == 3
+    assert probes[1] - probes[0] >= 12 and probes[2] - probes[1] >= 20  # backing off
+    assert sum(k < 10 for k in ks) == 6  # 2 rounds per trial, nothing else
+
+
+def test_down_probe_missing_its_gain_is_abandoned_after_one_round():
+    table = wall_table()
+    history = history_at([10] * 13, gain=FLAT, table=table)
+    d = get_policy("adaptive").select(ctx(table, history, params={"down_probe": 1}))
+    assert d.k == 8
+    nothing = PastRound(14, 8, history[-1].accuracy, clock_time(table, np.arange(8)))
+    back = get_policy("adaptive").select(ctx(table, [*history, nothing], params={"down_probe": 1}))
+    assert back.k == 10
+    assert back.explanation["reason"].startswith("abandon 10 -> 8 after one round: gained")
+    assert back.explanation["check"]["shrunk"] == [10, 8]
+
+
+def test_failed_downward_trials_raise_the_shrink_floor_with_a_doubling_cool_down():
+    ks = [10] * 13 + [8, 8, 10]  # 10 -> 8 undone after 2 rounds: back at index 15
+    assert last_shrink(ks) is None
+    assert last_shrink([10, 10, 8]) == (2, 10, 8)
+    assert failed_trials(ks, hold=2, downward=True) == [(8, 15)]
+    assert failed_trials(ks, hold=2) == []  # not a failed growth
+    assert shrink_floor(ks, 2, backoff=10) == 9
+    assert shrink_floor(ks + [10] * 9, 2, backoff=10) == 1
+    twice = ks + [10] * 9 + [8, 10]  # the second failure blocks for 20 rounds
+    assert shrink_floor(twice + [10] * 18, 2, backoff=10) == 9
+    assert shrink_floor(twice + [10] * 19, 2, backoff=10) == 1
+
+
+def test_down_probe_leaves_growth_with_rising_gain_near_the_best_static_k():
+    """On the gentle table with gain rising in k, the option may try fewer sites where a
+    failed trial blocks growth, but still reaches 0.8 within 10 % of the best static k (13)."""
+    _, _, reached = simulate(RISING, 60, params={"down_probe": 1}, until=0.8)
+    best = simulate(RISING, 60, policy="static", params={"k": 13}, until=0.8)[2]
+    assert reached <= 1.1 * best

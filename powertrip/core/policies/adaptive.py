@@ -142,6 +142,20 @@ binds on any committed run at 45 %, so there block_se=1 with both floors is the 
 at 62 % (cpu9, cpu10) that trio took -13.6 %, -10.9 %, -12.8 %, -13.3 % and +14.0 % on
 held-out seeds 5-9 (-7.3 % on average). On seed 9 it grew to 41 sites and stayed: once the
 window holds one k only an upward probe can move k, so no rule here tries fewer sites.
+
+Option, off by default (`down_probe=1`): when the window holds one k (slope unknown) and no
+probe up is taken (the next site costs more than probe_cost, a failed trial blocks growth,
+or k = N), a probe down to floor(k_cur / probe_factor) sites (at least one fewer). It is
+step 6 and 7 mirrored: undone after one round whose time or gain misses the prediction (the
+gain at k_cur, as the slope was unknown), held `probe_rounds` rounds, then kept only if the
+fit, its rounds included, finds the fewer sites more efficient at the fitted slope; a
+downward probe undone so is a failed trial at size b, and the m-th blocks every probe down
+to <= b for probe_backoff x 2^m rounds. A shrink counts as a downward probe when the fit
+before it held one k (any other shrink needs a known slope), and the return from a failed one
+is not a growth to check. The floors (stall_rounds, ceiling_rounds) still apply after it.
+Found on held-out seed 9 at the plateau target with the trio above (k held 41 sites for the
+last 136 rounds, +14 % against k* = 20); fixed before any run of it; evaluated as its own
+arm, training seed 0 first.
 """
 
 from __future__ import annotations
@@ -170,7 +184,9 @@ from powertrip.core.policies.gainfit import (
     fit_gain,
     growth_cap,
     last_growth,
+    last_shrink,
     short,
+    shrink_floor,
 )
 from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
 from powertrip.core.timemodel import prefix_round_time_estimates
@@ -214,7 +230,9 @@ class Adaptive(Policy):
         "unknown, probe one site even when it costs more than probe_cost), level_se=1 (the "
         "slope's standard error counts the fitted level's error too), ceiling_rounds=W "
         "(when W rounds at one k level off below the target, k stays at least a probe step "
-        "above that k)."
+        "above that k), down_probe=1 (with one k in the window and no room or budget to "
+        "probe up, probe k / probe_factor sites, checked, held and backed off as a probe up "
+        "is)."
     )
     default_params = {
         "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
@@ -234,6 +252,7 @@ class Adaptive(Policy):
         "level_se": 0.0,  # 1: the slope's se counts the fitted level's error (delta method)
         "ceiling_rounds": 0.0,  # W > 0: k's floor rises when W rounds at one k level off
         # below the target (ceiling.py)
+        "down_probe": 0.0,  # 1: with one k in the window and no probe up, probe fewer sites
     }
     ranking = "power-to-cost score (Eq. 8)"
 
@@ -312,6 +331,8 @@ class Adaptive(Policy):
         if p["shrink_in_fit"] and fit.known:
             down = max(down, min(k_cur, min(ks[1:][-fit_rounds:])))  # the fit's rounds' k
         failed = failed_trials(ks, hold)
+        down_probe = bool(p["down_probe"])
+        floor = shrink_floor(ks, hold, p["probe_backoff"]) if down_probe else 1
         out.update(
             k_cur=k_cur,
             fit=fit.explain(),
@@ -321,6 +342,8 @@ class Adaptive(Policy):
         )
         # step 6: the check of the latest growth, and a probe's hold
         trial = last_growth(ks)
+        if trial is not None and down_probe and self._ends_failed_shrink(ks, hold, trial[0]):
+            trial = None  # the return from a failed downward probe is not a growth to check
         if trial is not None:
             c, a, b = trial[0], min(trial[1], n), min(trial[2], n)
             since = len(ks) - c
@@ -340,6 +363,10 @@ class Adaptive(Policy):
                     if back is not None:
                         out["reason"] = back
                         return a
+        if down_probe:
+            moved = self._check_down_probe(history, ks, fit, k_cur, n, times, p, out)
+            if moved is not None:
+                return moved
         if not fit.enough:
             out["reason"] = (
                 f"hold k: {fit.points} gain(s) in the window, the fit needs {MIN_FIT_POINTS}"
@@ -384,7 +411,9 @@ class Adaptive(Policy):
             reason = "hold k: no candidate beats the current efficiency beyond the fit's error"
         else:
             k, reason = self._probe(k_cur, up, cap, times, p)
-            if k != k_cur:
+            if k == k_cur and down_probe and fit.k_values == 1:
+                k, reason = self._down_probe(k_cur, floor, times, p, reason)
+            if k != k_cur and down <= k <= up:
                 pick = k - down
         shown = np.where(np.isfinite(eff), eff, 0.0)  # strict JSON: no inf or NaN
         out.update(reason=reason, **explain_rows(candidates, gains, cand_times, shown, pick))
@@ -419,6 +448,74 @@ class Adaptive(Policy):
         )
 
     @staticmethod
+    def _down_probe(
+        k_cur: int, floor: int, times: np.ndarray, p: dict, why_not_up: str
+    ) -> tuple[int, str]:
+        """`down_probe`: with one k in the window and no probe up, the probe k_cur /
+        probe_factor (at least one site fewer), unless a failed downward trial blocks it."""
+        k = max(1, min(k_cur - 1, math.floor(k_cur / p["probe_factor"] + 1e-9)))
+        if k_cur <= 1:
+            return k_cur, why_not_up + "; no fewer sites to probe"
+        if k < floor:
+            return k_cur, why_not_up + (
+                f"; no probe down either (shrinking below {floor} blocked by a failed trial)"
+            )
+        return k, (
+            f"probe {k_cur} -> {k}: slope unknown (one k in the window) and no probe up "
+            f"({why_not_up.removeprefix('hold k: slope unknown and ')}); the round shortens by "
+            f"{1 - times[k - 1] / times[k_cur - 1]:.3g}; checked after one round (down_probe)"
+        )
+
+    def _check_down_probe(
+        self,
+        history: Sequence[PastRound],
+        ks: list[int],
+        fit: GainFit,
+        k_cur: int,
+        n: int,
+        times: np.ndarray,
+        p: dict,
+        out: dict,
+    ) -> int | None:
+        """Step 6 for a downward probe a -> b (`down_probe`): undone after one round whose
+        time or gain misses the prediction (the gain of a, as the slope was unknown), held
+        `probe_rounds` rounds, then kept only if the fit, its rounds included, finds b more
+        efficient than a; the k to take now, or None when no such probe is in progress. A
+        shrink is a downward probe when the fit before it held one k (any other shrink
+        needs a known slope)."""
+        shrink = last_shrink(ks)
+        if shrink is None:
+            return None
+        c, a, b = shrink[0], min(shrink[1], n), min(shrink[2], n)
+        fit_rounds, half_life = int(p["fit_rounds"]), p["half_life"]
+        prior = fit_gain(
+            history[:c], a, fit_rounds, half_life, bool(p["block_se"]), bool(p["level_se"])
+        )
+        if not (a > b == k_cur and prior.enough and prior.k_values == 1 and prior.level > 0):
+            return None
+        since, hold = len(ks) - c, int(p["probe_rounds"])
+        if since == 1:
+            back = self._missed(history, prior, a, b, times, p, out)
+            if back is not None:
+                out["reason"] = back
+                return a
+        if since < hold:
+            out["reason"] = f"probe {a} -> {b} held: {since}/{hold} round(s) measured"
+            return b
+        if since == hold:
+            back = self._evidence(fit, a, b, times, out)
+            if back is not None:
+                out["reason"] = back
+                return a
+        return None
+
+    @staticmethod
+    def _ends_failed_shrink(ks: list[int], hold: int, c: int) -> bool:
+        """Whether round index c is the return to a of a shrink a -> b undone within `hold`
+        rounds (a failed downward trial)."""
+        return any(back_at == c for _, back_at in failed_trials(ks, hold, downward=True))
+
+    @staticmethod
     def _missed(
         history: Sequence[PastRound],
         prior: GainFit,
@@ -438,7 +535,7 @@ class Adaptive(Policy):
         measured_ratio = history[-1].round_time_s / before if before > 0 else math.inf
         tolerance = margin * abs(predicted_gain) + prior.sigma
         out["check"] = {
-            "grown": [a, b],
+            ("grown" if b > a else "shrunk"): [a, b],
             "predicted_time_ratio": short(predicted_ratio),
             "measured_time_ratio": short(measured_ratio),
             "predicted_gain": short(predicted_gain),

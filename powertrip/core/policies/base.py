@@ -252,6 +252,7 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "min_probe": (lambda v: v in (0, 1), "0 or 1"),
     "level_se": (lambda v: v in (0, 1), "0 or 1"),
     "ceiling_rounds": (lambda v: v == 0 or _whole(5)(v), "0 (off) or a whole number >= 5"),
+    "down_probe": (lambda v: v in (0, 1), "0 or 1"),
     # named choices (powertrip.core.policyparams): their index on the wire
     **{name: _choice_rule(names) for name, names in CHOICES.items()},
 }

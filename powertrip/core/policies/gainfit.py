@@ -222,9 +222,20 @@ def last_growth(ks: Sequence[int]) -> tuple[int, int, int] | None:
     return int(starts[-1]), int(values[-2]), int(values[-1])
 
 
-def failed_trials(ks: Sequence[int], hold: int) -> list[tuple[int, int]]:
+def last_shrink(ks: Sequence[int]) -> tuple[int, int, int] | None:
+    """(c, a, b) when k shrank a -> b for round index c and has stayed b since; else None."""
+    if len(ks) < 2:
+        return None
+    starts, values = _runs(ks)
+    if len(starts) < 2 or values[-2] <= values[-1]:
+        return None
+    return int(starts[-1]), int(values[-2]), int(values[-1])
+
+
+def failed_trials(ks: Sequence[int], hold: int, downward: bool = False) -> list[tuple[int, int]]:
     """(size b, index of the round back at a) for every growth a -> b undone after at most
-    `hold` rounds at b (k went a -> b ... b -> a), in the order they happened."""
+    `hold` rounds at b (k went a -> b ... b -> a), in the order they happened; with
+    `downward`, every shrink a -> b undone so (`down_probe`'s failed trials)."""
     if len(ks) < 3:
         return []
     starts, values = _runs(ks)
@@ -232,7 +243,8 @@ def failed_trials(ks: Sequence[int], hold: int) -> list[tuple[int, int]]:
     failed = []
     for r in range(1, len(starts) - 1):
         a, b, after = values[r - 1], values[r], values[r + 1]
-        if a < b and after == a and ends[r] - starts[r] <= max(1, hold):
+        moved = a > b if downward else a < b
+        if moved and after == a and ends[r] - starts[r] <= max(1, hold):
             failed.append((int(b), int(ends[r])))
     return failed
 
@@ -246,3 +258,14 @@ def growth_cap(ks: Sequence[int], hold: int, backoff: float, n: int) -> int:
         if decided - back_at < backoff * 2.0**m:
             cap = min(cap, size - 1)
     return max(cap, 1)
+
+
+def shrink_floor(ks: Sequence[int], hold: int, backoff: float) -> int:
+    """The smallest k a downward probe may reach now (`down_probe`, step 7 mirrored): above
+    every failed size still in its cool-down of backoff x 2^m rounds (m-th failed shrink)."""
+    floor = 1
+    decided = len(ks)
+    for m, (size, back_at) in enumerate(failed_trials(ks, hold, downward=True)):
+        if decided - back_at < backoff * 2.0**m:
+            floor = max(floor, size + 1)
+    return floor
