@@ -75,7 +75,9 @@ class Option:
 
 #: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), block_se=1
 #: (judged on uniform's and trace's training seeds, then run on every held-out set-up), and
-#: level_se=1 (uniform, trace)
+#: level_se=1 (uniform, trace), and down_probe=1 with block_se=1 (every held-out set-up; at
+#: 45 % block_se=1 with both floors is the block_se arm, so this is the plateau's
+#: block_se + floors + down_probe arm there)
 OPTIONS: tuple[Option, ...] = (
     Option(
         "adaptive+shrink_in_fit",
@@ -87,6 +89,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}, SETUPS),
     Option(
         "adaptive+level_se", "adaptive-levelse", "adaptive", {"level_se": 1.0}, (UNIFORM, TRACE)
+    ),
+    Option(
+        "adaptive+block_se+down_probe",
+        "adaptive-blockse-downprobe",
+        "adaptive",
+        {"block_se": 1.0, "down_probe": 1.0},
+        SETUPS,
     ),
 )
 
