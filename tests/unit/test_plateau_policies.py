@@ -395,6 +395,8 @@ def test_min_probe_changes_a_committed_45_percent_run_only_where_the_plain_run_l
     options together decide as min_probe alone."""
     changed = unchanged = 0
     for folder, run, rows in committed_uniform_service_runs(("adaptive",)):
+        if run.policy_params.get("down_probe"):
+            continue  # there the plain arm probes down where min_probe probes up
         plain = replay(run, rows)
         option = replay(
             dataclasses.replace(run, policy_params={**run.policy_params, "min_probe": 1}), rows
