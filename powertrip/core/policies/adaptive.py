@@ -155,7 +155,14 @@ before it held one k (any other shrink needs a known slope), and the return from
 is not a growth to check. The floors (stall_rounds, ceiling_rounds) still apply after it.
 Found on held-out seed 9 at the plateau target with the trio above (k held 41 sites for the
 last 136 rounds, +14 % against k* = 20); fixed before any run of it; evaluated as its own
-arm, training seed 0 first.
+arm, training seed 0 first. Its runs (results/plateau-policies/cpu11, results/reproduce):
+with the trio at 62 %, training seed 0 took 7.60 h against k = 20's 7.11 h (+6.9 %; a probe
+39 -> 31 was kept, then k moved between 15 and 27); on seed 9 a probe 41 -> 32 missed its
+gain in its one round, and that round made the fit find a slope, so k grew 41 -> 67 (stopped
+at round 96). With block_se at 45 % it fired in 5 of 30 runs, four at round 5 or 6 from
+k0 = 5, and each kept probe gave the fit a second k from which it shrank to one site:
+held-out uniform > +21 % against k* (block_se: +2.4 %), 2 GB > +16 % (+3.0 %). It does not
+help as built: the fit reads a probe's one or two rounds as evidence about k.
 """
 
 from __future__ import annotations
