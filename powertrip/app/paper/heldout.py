@@ -75,9 +75,9 @@ class Option:
 
 #: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), block_se=1
 #: (judged on uniform's and trace's training seeds, then run on every held-out set-up), and
-#: level_se=1 (uniform, trace), and down_probe=1 with block_se=1 (every held-out set-up; at
-#: 45 % block_se=1 with both floors is the block_se arm, so this is the plateau's
-#: block_se + floors + down_probe arm there)
+#: level_se=1 (uniform, trace), and down_probe=1 with block_se=1 (every held-out set-up;
+#: without the floors of the plateau's down_probe arm: its uniform seed 8 held one site long
+#: enough that the ceiling floor would have bound, tests/unit/test_ceiling.py)
 OPTIONS: tuple[Option, ...] = (
     Option(
         "adaptive+shrink_in_fit",

@@ -494,13 +494,15 @@ class Adaptive(Policy):
         if shrink is None:
             return None
         c, a, b = shrink[0], min(shrink[1], n), min(shrink[2], n)
+        since, hold = len(ks) - c, int(p["probe_rounds"])
+        if since > hold:
+            return None  # past its hold: the probe, if it was one, has been judged
         fit_rounds, half_life = int(p["fit_rounds"]), p["half_life"]
         prior = fit_gain(
             history[:c], a, fit_rounds, half_life, bool(p["block_se"]), bool(p["level_se"])
         )
         if not (a > b == k_cur and prior.enough and prior.k_values == 1 and prior.level > 0):
             return None
-        since, hold = len(ks) - c, int(p["probe_rounds"])
         if since == 1:
             back = self._missed(history, prior, a, b, times, p, out)
             if back is not None:

@@ -212,24 +212,26 @@ def _runs(ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     return starts, arr[starts]
 
 
-def last_growth(ks: Sequence[int]) -> tuple[int, int, int] | None:
-    """(c, a, b) when k grew a -> b for round index c and has stayed b since; else None."""
+def _last_change(ks: Sequence[int]) -> tuple[int, int, int] | None:
+    """(c, a, b) when k changed a -> b for round index c and has stayed b since; else None."""
     if len(ks) < 2:
         return None
     starts, values = _runs(ks)
-    if len(starts) < 2 or values[-2] >= values[-1]:
+    if len(starts) < 2:
         return None
     return int(starts[-1]), int(values[-2]), int(values[-1])
+
+
+def last_growth(ks: Sequence[int]) -> tuple[int, int, int] | None:
+    """(c, a, b) when k grew a -> b for round index c and has stayed b since; else None."""
+    change = _last_change(ks)
+    return change if change is not None and change[1] < change[2] else None
 
 
 def last_shrink(ks: Sequence[int]) -> tuple[int, int, int] | None:
     """(c, a, b) when k shrank a -> b for round index c and has stayed b since; else None."""
-    if len(ks) < 2:
-        return None
-    starts, values = _runs(ks)
-    if len(starts) < 2 or values[-2] <= values[-1]:
-        return None
-    return int(starts[-1]), int(values[-2]), int(values[-1])
+    change = _last_change(ks)
+    return change if change is not None and change[1] > change[2] else None
 
 
 def failed_trials(ks: Sequence[int], hold: int, downward: bool = False) -> list[tuple[int, int]]:
@@ -249,23 +251,24 @@ def failed_trials(ks: Sequence[int], hold: int, downward: bool = False) -> list[
     return failed
 
 
+def _blocked_sizes(ks: Sequence[int], hold: int, backoff: float, downward: bool) -> list[int]:
+    """The failed sizes (`failed_trials`) still in their cool-down of backoff x 2^m rounds
+    (m-th failure of that direction) after the round back at a."""
+    decided = len(ks)  # index of the round being decided
+    return [
+        size
+        for m, (size, back_at) in enumerate(failed_trials(ks, hold, downward))
+        if decided - back_at < backoff * 2.0**m
+    ]
+
+
 def growth_cap(ks: Sequence[int], hold: int, backoff: float, n: int) -> int:
     """The largest k a growth may reach now (step 7): below every failed size still in its
     cool-down of backoff x 2^m rounds (m-th failure) after the round back at a."""
-    cap = n
-    decided = len(ks)  # index of the round being decided
-    for m, (size, back_at) in enumerate(failed_trials(ks, hold)):
-        if decided - back_at < backoff * 2.0**m:
-            cap = min(cap, size - 1)
-    return max(cap, 1)
+    return max(min([n, *(size - 1 for size in _blocked_sizes(ks, hold, backoff, False))]), 1)
 
 
 def shrink_floor(ks: Sequence[int], hold: int, backoff: float) -> int:
     """The smallest k a downward probe may reach now (`down_probe`, step 7 mirrored): above
     every failed size still in its cool-down of backoff x 2^m rounds (m-th failed shrink)."""
-    floor = 1
-    decided = len(ks)
-    for m, (size, back_at) in enumerate(failed_trials(ks, hold, downward=True)):
-        if decided - back_at < backoff * 2.0**m:
-            floor = max(floor, size + 1)
-    return floor
+    return max([1, *(size + 1 for size in _blocked_sizes(ks, hold, backoff, True))])
