@@ -532,6 +532,13 @@ def _add_reproduce_options(parser: argparse.ArgumentParser) -> None:
         "reports still read every finished run",
     )
     parser.add_argument(
+        "--arms",
+        metavar="POLICIES",
+        help="run only the arms of these policies (comma-separated, e.g. static: a set-up's "
+        "sweep on more seeds without its online arms); the reports still read every "
+        "finished run",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="print the runs still to make and their estimated wall time and CPU hours "

@@ -70,3 +70,26 @@ def test_a_run_without_a_target_is_planned_for_all_its_rounds(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "regime-paper/s0/static-k100: k ~ 100, 30 rounds, ~" in text
     assert "upper bound" not in text.split("regime-paper/s0/static-k100")[1].splitlines()[0]
+
+
+def test_arms_restricts_the_plan_to_the_named_policies(tmp_path, capsys):
+    """--arms static: a set-up's sweep on more seeds without its online arms (the ideal
+    set-up's training seeds, heldout.py)."""
+    from powertrip.app.cli import main
+
+    argv = ["reproduce", "--figure", "heldout", "--seeds", "1", "--k", "3,5", "--out"]
+    argv += [str(tmp_path), "--only", "ideal-45", "--no-refine", "--budget-factor", "0"]
+    assert main([*argv, "--plan", "--quiet"]) == 0
+    every = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
+    assert {ln.split(":")[0] for ln in every} == {
+        "ideal-45/s0/powertrip",
+        "ideal-45/s0/adaptive",
+        "ideal-45/s0/static-k3",
+        "ideal-45/s0/static-k5",
+    }
+    assert main([*argv, "--arms", "static", "--plan", "--quiet"]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
+    assert [ln.split(":")[0] for ln in lines] == ["ideal-45/s0/static-k3", "ideal-45/s0/static-k5"]
+    assert main([*argv, "--arms", "statik", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert "--arms: no planned run uses statik" in err and "adaptive, powertrip, static" in err

@@ -101,6 +101,17 @@ def test_what_it_does_not_model_is_refused_by_name():
     assert main(["--policy", "static", "--set", "lr=-1", "--out", "/nonexistent"]) == 2
 
 
+def test_a_replay_of_a_trace_power_run_is_refused_by_name():
+    """A replay builds one site table; trace power changes every round, so the replay of a
+    trace run (at 45 %, results/reproduce) would be another run's decisions."""
+    from powertrip.app.paper.plateau_setup import replay
+
+    trace = dataclasses.replace(plateau_config("adaptive", {}, 0), power="trace")
+    row = {"sites": "site-000", "accuracy": "0.1", "round_time_s": "61"}
+    with pytest.raises(ConfigError, match="power: a replay builds one site table"):
+        replay(trace, [row])
+
+
 def test_the_weighted_mean_is_fedavgs_to_the_bit():
     import torch
 

@@ -157,6 +157,23 @@ def _only(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
     return wanted
 
 
+def _arms(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
+    """--arms: the policies whose arms to run (None: every arm); a policy no planned run
+    has is refused with the ones it could be."""
+    text = getattr(args, "arms", None)
+    if not text:
+        return None
+    wanted = {p.strip() for p in text.split(",") if p.strip()}
+    planned = sorted({r.arm.policy for r in runs})
+    unknown = sorted(wanted - set(planned))
+    if unknown:
+        raise ReproduceError(
+            f"--arms: no planned run uses {', '.join(unknown)}; these set-ups' runs use "
+            f"{', '.join(planned) or 'none'}"
+        )
+    return wanted
+
+
 def main(args: Any) -> int:
     """Plan, run what is missing in three phases (unless --report-only), then render."""
     figures = parse_figures(args.figure)
@@ -186,6 +203,8 @@ def main(args: Any) -> int:
     runs = plan(figures, seeds, base.num_sites, ks)
     only = _only(args, runs)
     runs = [r for r in runs if only is None or r.variant in only]
+    policies = _arms(args, runs)
+    runs = [r for r in runs if policies is None or r.arm.policy in policies]
     force = bool(args.workload)
     unsupported = check_variants(
         base, list(dict.fromkeys(r.variant for r in runs)), force_workload=force
@@ -267,6 +286,7 @@ def main(args: Any) -> int:
         if not getattr(args, "no_refine", False):
             refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
             refined = [r for r in refined if only is None or r.variant in only]
+            refined = [r for r in refined if policies is None or r.arm.policy in policies]
             found = {v: ks for v, ks in found.items() if only is None or v in only}
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
@@ -275,6 +295,7 @@ def main(args: Any) -> int:
         deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
         deferred = [r for r in deferred if only is None or r.variant in only]
         deferred = [r for r in deferred if r.variant not in unsupported]
+        deferred = [r for r in deferred if policies is None or r.arm.policy in policies]
         own_specs = _specs_of(figures, only)
         chosen = {spec: k for spec, k in chosen.items() if spec in own_specs}
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}
