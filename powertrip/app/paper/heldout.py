@@ -18,15 +18,10 @@ and is marked '>' wherever it enters.
         --k 1,2,3,5,7 --no-refine --budget-factor 0 --out results/reproduce
 
 (`--only trace` and a grid around trace's k* for the trace set-up; `--only size-1gb --k
-2,3,5` and `--only size-2gb --k 2,3,5` for 1 GB and 2 GB updates.) The ideal set-up
-(`ideal-45`) has a sweep of its own on the training seeds, without the online arms:
-
-    powertrip reproduce --figure heldout --only ideal-45 --arms static --set seed=0 \
-        --seeds 5 --k 3,5,10 --no-refine --budget-factor 0 --runs-only --out results/reproduce
-
-and then its held-out seeds as above (`--only ideal-45 --k 3,5,10`). `load` keys the data
-'<set-up>/train' and '<set-up>/heldout'; a set-up without held-out runs is left out of the
-claims (not run yet).
+2,3,5` and `--only size-2gb --k 2,3,5` for 1 GB and 2 GB updates; `--only ideal-45 --k
+3,5,10` for the ideal set-up, whose training seeds have a sweep of their own, made with
+`--arms static --set seed=0`: `KSTAR_GRID`.) `load` keys the data '<set-up>/train' and
+'<set-up>/heldout'; a set-up without held-out runs is left out of the claims (not run yet).
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ from powertrip.app.paper.data import (
     load_variant,
     sample_of,
 )
-from powertrip.app.paper.fig06_07 import IDEAL
+from powertrip.app.paper.fig06_07 import IDEAL_45
 from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.paper.fig13 import SIZE_1GB, SIZE_2GB
 from powertrip.app.report import claims as C
@@ -59,22 +54,9 @@ from powertrip.app.report.html import Table
 TRAIN_SEEDS = (0, 1, 2, 3, 4)
 HELDOUT_SEEDS = (5, 6, 7, 8, 9)
 ONLINE = ("powertrip", "adaptive")
-#: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12) or
-#: another's (1 GB and 2 GB: Fig. 13's k tuned at 1.5 GB; a sweep per size would cost 12 runs
-#: a seed)
-#: Figs. 6-7's ideal set-up (identical sites at full power, no communication cost), trained
-#: to the base config's target within its max_rounds: Fig. 7's runs stop at 30 rounds, which
-#: k = 10 needs most of to reach 45 %, so an online policy that starts lower would only give a
-#: bound there. Every k takes the same round time, so time to target is rounds to target.
-IDEAL_45 = Variant(
-    "ideal-45",
-    "identical sites at full power, distance 0 (no communication cost), target 45 %",
-    {
-        key: value
-        for key, value in IDEAL.overrides.items()
-        if key not in ("target_accuracy", "max_rounds")
-    },
-)
+#: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12; ideal:
+#: Figs. 6-7's set-up, to the target) or another's (1 GB and 2 GB: Fig. 13's k tuned at
+#: 1.5 GB; a sweep per size would cost 12 runs a seed)
 SETUPS: tuple[Variant, ...] = (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB, IDEAL_45)
 KSTAR_FROM: Mapping[str, Variant] = {SIZE_1GB.name: UNIFORM, SIZE_2GB.name: UNIFORM}
 #: a set-up whose training seeds were swept on a grid of its own (not the reproduction's 12
