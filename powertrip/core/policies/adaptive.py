@@ -76,7 +76,12 @@ held-out seed 6 of the uniform set-up: after one probe the fit, with two k value
 standard error a sixth to a half of the slope (seed 0, 5 -> 10: s = 0.046, se = 0.0075;
 seed 6, 5 -> 7: s = 0.0124, se = 0.0076, from 3 gains at 5 sites and 2 at 7), and k grew
 to 38-55 sites against k* = 3. Counted per block, the same histories give se = 0.057 and
-0.116, more than the slope, and k stays. Evaluated as its own arm, seeds 0-4 first.
+0.116, more than the slope, and k stays. Evaluated as its own arm, seeds 0-4 first. On
+the ideal set-up (identical sites, no link cost: every k takes the same round; results/
+reproduce, ideal-45) it does not help: +21.7 % against k* = 5 on held-out seeds, as plain
+adaptive. There a probe is always within probe_cost, and with no time cost to anchor k the
+sign of a noisy slope decides: one missed probe round made the fit shrink to one site
+(held-out seed 8, training seeds 1 and 2), and growth by evidence reached 100 (seed 4).
 
 Option, off by default (`stall_rounds=R`): `powertrip`'s stall floor (`feedback.stall_floor`),
 with the probe step (probe_pct % of N) as its step: once R rounds in a row have not beaten the
