@@ -48,7 +48,7 @@ IDEAL = Variant(
 #: Every k takes the same round time, so time to target is rounds to target.
 IDEAL_45 = Variant(
     "ideal-45",
-    "identical sites at full power, distance 0 (no communication cost), target 45 %",
+    "ideal: identical sites, full power, free links, to 45 %",
     {k: v for k, v in IDEAL.overrides.items() if k not in ("target_accuracy", "max_rounds")},
 )
 

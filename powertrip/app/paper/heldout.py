@@ -393,7 +393,7 @@ def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> l
             )
         ys = [_hours(found[1]) if (found := oracle(v, s)) else np.nan for s in seeds]
         ax.plot(seeds, ys, marker="x", color="black", linestyle="", label="oracle (own best k)")
-        ax.set_xlabel("held-out seed")
+        ax.set(xlabel="held-out seed", xticks=seeds)
         ax.set_ylabel("time to target (sim. h)")
         ax.set_title(f"Held-out seeds, {v.label}")
         ax.legend(fontsize=8)
