@@ -80,7 +80,7 @@ class Option:
     setups: tuple[Variant, ...]  # the set-ups it is run on
 
 
-#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace), block_se=1
+#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace, ideal), block_se=1
 #: (judged on uniform's and trace's training seeds, then run on every held-out set-up), and
 #: level_se=1 (uniform, trace), and down_probe=1 with block_se=1 (every held-out set-up but
 #: the ideal one, added after it was found not to help; without the floors of the plateau's
@@ -92,7 +92,7 @@ OPTIONS: tuple[Option, ...] = (
         "adaptive-infit",
         "adaptive",
         {"shrink_in_fit": 1.0},
-        (UNIFORM, TRACE),
+        (UNIFORM, TRACE, IDEAL_45),
     ),
     Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}, SETUPS),
     Option(
