@@ -58,13 +58,12 @@ def site_table(run: RunConfig):
     profiles (configured links, constant power, all alive). Refused for any other power
     model: a trace's power changes every round, so one table built from its start would
     replay a different run (a trace run at 45 % departs from itself at round 22)."""
-    from powertrip.core.policies import SiteTable
-
     if run.power != "uniform":
         raise ConfigError(
             f"power: a replay builds one site table with constant power, so only uniform "
             f"power replays; got {run.power!r} (its power changes every round)"
         )
+    from powertrip.core.policies import SiteTable
     from powertrip.core.profiles import generate_population
 
     sites = generate_population(run.population_spec())
