@@ -68,6 +68,9 @@ slope near 0 (gain flat in k between, say, 5 and 10 sites) it projects the same 
 where one site's non-IID data gains far less, and a shrink there can stick (a level <= 0 holds
 k). Found on held-out seed 5 of the trace set-up (2.34 h against static k* = 4's 1.83 h: k
 went 10 -> 5 -> 1 and held at 1 for 13 rounds); evaluated as its own arm, seeds 0-4 first.
+On the ideal set-up (ideal-45) it ends the falls to one site that block_se does not (held-
+out seed 8: 25 rounds, k* = 5's own, against 41), and is at +8.9 % against k* there (plain
+adaptive: +21.7 %): it still grows past 5 sites, where a site costs no time.
 
 Option, off by default (`block_se=1`): the slope's standard error is at least one round's
 noise over the spread of ln k across the window's runs of equal k (`gainfit.block_slope_se`),
