@@ -140,15 +140,20 @@ def _specs_of(figures: Sequence[str], only: set[str] | None) -> set[str]:
     }
 
 
+def _named(text: str | None, planned: Sequence[str]) -> tuple[set[str] | None, list[str]]:
+    """A comma-separated choice (--only, --arms): (the names, None when none were given;
+    those of them that `planned` lacks)."""
+    if not text:
+        return None, []
+    wanted = {v.strip() for v in text.split(",") if v.strip()}
+    return wanted, sorted(wanted - set(planned))
+
+
 def _only(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
     """--only: the set-ups to run (None: all the figures need); a name no planned run has
     is refused with the ones it could be."""
-    text = getattr(args, "only", None)
-    if not text:
-        return None
-    wanted = {v.strip() for v in text.split(",") if v.strip()}
     planned = list(dict.fromkeys(r.variant for r in runs))
-    unknown = sorted(wanted - set(planned))
+    wanted, unknown = _named(getattr(args, "only", None), planned)
     if unknown:
         raise ReproduceError(
             f"--only: {', '.join(unknown)} is not a set-up of these figures; they have "
@@ -160,18 +165,25 @@ def _only(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
 def _arms(args: Any, runs: Sequence[RunSpec]) -> set[str] | None:
     """--arms: the policies whose arms to run (None: every arm); a policy no planned run
     has is refused with the ones it could be."""
-    text = getattr(args, "arms", None)
-    if not text:
-        return None
-    wanted = {p.strip() for p in text.split(",") if p.strip()}
     planned = sorted({r.arm.policy for r in runs})
-    unknown = sorted(wanted - set(planned))
+    wanted, unknown = _named(getattr(args, "arms", None), planned)
     if unknown:
         raise ReproduceError(
             f"--arms: no planned run uses {', '.join(unknown)}; these set-ups' runs use "
             f"{', '.join(planned) or 'none'}"
         )
     return wanted
+
+
+def _chosen(
+    runs: Sequence[RunSpec], only: set[str] | None, policies: set[str] | None
+) -> list[RunSpec]:
+    """The runs of the set-ups --only names and the policies --arms names (None: all)."""
+    return [
+        r
+        for r in runs
+        if (only is None or r.variant in only) and (policies is None or r.arm.policy in policies)
+    ]
 
 
 def main(args: Any) -> int:
@@ -202,9 +214,8 @@ def main(args: Any) -> int:
         return _render(out, figures, meta, args, [])
     runs = plan(figures, seeds, base.num_sites, ks)
     only = _only(args, runs)
-    runs = [r for r in runs if only is None or r.variant in only]
-    policies = _arms(args, runs)
-    runs = [r for r in runs if policies is None or r.arm.policy in policies]
+    policies = _arms(args, _chosen(runs, only, None))
+    runs = _chosen(runs, only, policies)
     force = bool(args.workload)
     unsupported = check_variants(
         base, list(dict.fromkeys(r.variant for r in runs)), force_workload=force
@@ -285,17 +296,15 @@ def main(args: Any) -> int:
             )
         if not getattr(args, "no_refine", False):
             refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
-            refined = [r for r in refined if only is None or r.variant in only]
-            refined = [r for r in refined if policies is None or r.arm.policy in policies]
+            refined = _chosen(refined, only, policies)
             found = {v: ks for v, ks in found.items() if only is None or v in only}
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
         deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
-        deferred = [r for r in deferred if only is None or r.variant in only]
+        deferred = _chosen(deferred, only, policies)
         deferred = [r for r in deferred if r.variant not in unsupported]
-        deferred = [r for r in deferred if policies is None or r.arm.policy in policies]
         own_specs = _specs_of(figures, only)
         chosen = {spec: k for spec, k in chosen.items() if spec in own_specs}
         meta["deferred"] = {**meta.get("deferred", {}), **chosen}
