@@ -114,11 +114,13 @@ def test_1gb_and_2gb_updates_take_uniforms_kstar_and_have_no_sweep_of_their_own(
     rows = {r.claim: r for r in H.claims(d, {})}
     row = rows[f"{size}: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
     assert row.holds == "faster" and "of uniform" in row.why
-    # of adaptive's options only block_se (alone and with down_probe) runs at 1 and 2 GB
+    # of adaptive's options only block_se (alone, with down_probe, with shrink_in_fit) runs
+    # at 1 and 2 GB
     option = f"{size}-adaptive-blockse"
     assert {v.name for v in H.OPTION_VARIANTS if v.name.startswith(size)} == {
         option,
         f"{option}-downprobe",
+        f"{option}-infit",
     }
     for seed in H.HELDOUT_SEEDS:
         write_run(R.run_path(tmp_path, option, seed, "adaptive"), "adaptive", 1.4, [(1.4, 0.5, 4)])
@@ -158,6 +160,7 @@ def test_the_options_are_adaptives_and_their_runs_carry_their_params():
         "adaptive+block_se",
         "adaptive+level_se",
         "adaptive+block_se+down_probe",
+        "adaptive+block_se+shrink_in_fit",
     ]
     from powertrip.core.policies import get_policy
 

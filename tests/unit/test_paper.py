@@ -326,6 +326,38 @@ def test_figs_6_7_claims_on_hand_made_rounds():
     assert diminishing.holds == "yes" and "of an ideal 10x" in diminishing.ours
 
 
+def test_figs_6_7_judge_the_power_split_runs_apart_and_only_once_a_seed_has_them_all():
+    """Eq. 7's runs (ideal-power-split) get claims, a table and plots of their own, named
+    so; until one of their seeds is complete, Fig. 7's own rows stand alone."""
+    meta = {"base_config": {"target_accuracy": 0.45}}
+
+    def made_up(name: str, reach: dict[int, int], seeds: list[int]) -> VariantData:
+        v = VariantData(name, name, [], seeds=seeds)
+        for k, n in reach.items():  # k sites reach 45 % after n rounds of 0.1 h
+            arm = f"static-k{k}"
+            v.arms.append(arm)
+            v.runs[arm] = {}
+            for s in range(3):
+                acc = [min(0.9, 0.45 * i / n + 0.01 * k + 0.001 * s) for i in range(1, 11)]
+                v.runs[arm][s] = _run(
+                    arm, None, 1.0, rounds=[(0.1 * i, a, k) for i, a in enumerate(acc, 1)]
+                )
+        return v
+
+    ideal = made_up("ideal", {1: 8, 2: 4, 5: 2, 10: 2}, [0, 1, 2])
+    slower = made_up("ideal-power-split", {1: 2, 2: 4, 5: 8, 10: 8}, [0, 1, 2])
+    rows = fig06_07.claims({"ideal": ideal, "ideal-power-split": slower}, meta)
+    split = [r for r in rows if r.claim.startswith("power-split (Eq. 7): ")]
+    assert len(split) == len(rows) / 2 == 4
+    by = {r.claim.split(" (largest")[0]: r for r in split}
+    assert by["power-split (Eq. 7): more sites reach 45% sooner"].holds != "yes"
+    assert len(fig06_07.table({"ideal": ideal, "ideal-power-split": slower}, meta)) == 2
+    slower.seeds = []  # no complete seed yet
+    assert fig06_07.claims({"ideal": ideal, "ideal-power-split": slower}, meta) == (
+        fig06_07.claims({"ideal": ideal}, meta)
+    )
+
+
 # ---- ablation ----------------------------------------------------------------------------
 def test_ablation_table_says_which_choice_flips_the_claim():
     def setup(name: str, pt: float, static: float, policy_params=None) -> VariantData:

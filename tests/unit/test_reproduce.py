@@ -81,14 +81,26 @@ def test_fig11_uses_10_50_100_percent_of_the_sites():
 
 def test_figs_6_7_identical_full_power_sites_without_communication_and_fixed_rounds():
     runs = R.plan(["6-7"], [0], 10, R.sweep_ks(10))
-    assert {r.variant for r in runs} == {"ideal"}
-    assert sorted(dict(r.arm.params)["k"] for r in runs) == [1, 2, 5, 10]  # 10/20/50/100 %
+    assert {r.variant for r in runs} == {"ideal", "ideal-power-split"}
+    for variant in ("ideal", "ideal-power-split"):  # 10/20/50/100 % of the sites
+        assert sorted(dict(r.arm.params)["k"] for r in runs if r.variant == variant) == [
+            1,
+            2,
+            5,
+            10,
+        ]
     ideal = R.VARIANTS["ideal"]
     assert not ideal.budget
     config = R.variant_config(BASE, ideal, 0)
     assert (config.min_power, config.max_power) == (1.0, 1.0)
     assert (config.min_distance_miles, config.max_distance_miles) == (0.0, 0.0)
     assert config.target_accuracy == 1.0 and config.max_rounds == 30  # the same rounds for all
+    assert config.work_model == "local-steps"
+    # Eq. 7 read literally: the same sites, the global batch split among them, 40 rounds
+    split = R.variant_config(BASE, R.VARIANTS["ideal-power-split"], 0)
+    assert not R.VARIANTS["ideal-power-split"].budget and split.work_model == "power-split"
+    assert split.target_accuracy == 1.0 and split.max_rounds == min(BASE.max_rounds, 40)
+    assert split.with_values({"work_model": "local-steps", "max_rounds": 30}) == config
 
 
 def test_parse_figures():

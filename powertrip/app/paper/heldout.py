@@ -80,31 +80,28 @@ class Option:
     setups: tuple[Variant, ...]  # the set-ups it is run on
 
 
+#: the short name of each of adaptive's options in its set-ups' names
+SHORT = dict(shrink_in_fit="infit", block_se="blockse", level_se="levelse", down_probe="downprobe")
+
+
+def adaptive_option(params: Mapping[str, float], setups: tuple[Variant, ...]) -> Option:
+    """adaptive with `params`: arm 'adaptive+<p>+...', set-up suffix 'adaptive-<short>-...'."""
+    suffix = "-".join(("adaptive", *(SHORT[p] for p in params)))
+    return Option("+".join(("adaptive", *params)), suffix, "adaptive", dict(params), setups)
+
+
 #: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace, ideal), block_se=1
-#: (judged on uniform's and trace's training seeds, then run on every held-out set-up), and
-#: level_se=1 (uniform, trace), and down_probe=1 with block_se=1 (every held-out set-up but
-#: the ideal one, added after it was found not to help; without the floors of the plateau's
-#: down_probe arm: its uniform seed 8 held one site long enough that the ceiling floor would
-#: have bound, tests/unit/test_ceiling.py)
+#: (judged on uniform's and trace's training seeds, then run on every held-out set-up),
+#: level_se=1 (uniform, trace), down_probe=1 with block_se=1 (every held-out set-up but the
+#: ideal one, added after it was found not to help; without the plateau arm's floors: its
+#: uniform seed 8 held one site long enough for the ceiling floor to bind, test_ceiling.py),
+#: and block_se=1 with shrink_in_fit=1 (every set-up: the one pair not yet run on all five)
 OPTIONS: tuple[Option, ...] = (
-    Option(
-        "adaptive+shrink_in_fit",
-        "adaptive-infit",
-        "adaptive",
-        {"shrink_in_fit": 1.0},
-        (UNIFORM, TRACE, IDEAL_45),
-    ),
-    Option("adaptive+block_se", "adaptive-blockse", "adaptive", {"block_se": 1.0}, SETUPS),
-    Option(
-        "adaptive+level_se", "adaptive-levelse", "adaptive", {"level_se": 1.0}, (UNIFORM, TRACE)
-    ),
-    Option(
-        "adaptive+block_se+down_probe",
-        "adaptive-blockse-downprobe",
-        "adaptive",
-        {"block_se": 1.0, "down_probe": 1.0},
-        (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB),
-    ),
+    adaptive_option({"shrink_in_fit": 1.0}, (UNIFORM, TRACE, IDEAL_45)),
+    adaptive_option({"block_se": 1.0}, SETUPS),
+    adaptive_option({"level_se": 1.0}, (UNIFORM, TRACE)),
+    adaptive_option({"block_se": 1.0, "down_probe": 1.0}, (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB)),
+    adaptive_option({"block_se": 1.0, "shrink_in_fit": 1.0}, SETUPS),
 )
 
 
