@@ -50,6 +50,7 @@ def test_paired_comparison_against_kstar_and_oracle(tmp_path):
     assert oracle_row.holds == "slower"
     adaptive = rows["uniform: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
     assert adaptive.holds == "within 5 %" and adaptive.ours.startswith("+2.0%")
+    assert not any(claim.startswith("a run can tell") for claim in rows)  # the ideal set-up's
 
 
 def test_bootstrap_ci_brackets_the_mean_and_needs_two_seeds():
@@ -200,3 +201,7 @@ def test_the_ideal_setup_chooses_kstar_on_its_own_grid_and_trains_to_the_target(
     diffs, _, _ = H.comparison(held, "adaptive", "kstar")
     assert diffs == pytest.approx([0.5 / (0.52 + 0.01 * s) - 1 for s in H.HELDOUT_SEEDS])
     assert row.seeds == 5 and row.holds == "faster" and row.ours.startswith("-15.2%")
+    # and whether a run's gains could have placed k there: k* = 5 against the next k, 10,
+    # over all ten seeds' static runs (one round each here, so no gain to measure)
+    resolution = rows["a run can tell k = 5 from k = 10 by its gains (ideal set-up)"]
+    assert resolution.figure == "heldout" and resolution.ours == "not run"

@@ -46,6 +46,8 @@ from powertrip.app.paper.data import (
 from powertrip.app.paper.fig06_07 import IDEAL_45
 from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.paper.fig13 import SIZE_1GB, SIZE_2GB
+from powertrip.app.paper.gain_noise import resolution_claim
+from powertrip.app.paper.paired import paired_bootstrap, relative, verdict
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
@@ -120,9 +122,6 @@ OPTION_RUNS: tuple[tuple[Variant, Option], ...] = tuple(
     (option_variant(s, o), o) for o in OPTIONS for s in o.setups
 )
 OPTION_VARIANTS: tuple[Variant, ...] = tuple(v for v, _ in OPTION_RUNS)
-#: the issue's goal for an online policy: within this share of the static optimum
-WITHIN = 0.05
-BOOTSTRAP_RESAMPLES = 10_000
 
 SUITE = Suite(
     "heldout",
@@ -213,53 +212,6 @@ def oracle(v: VariantData, seed: int) -> tuple[int, C.Sample] | None:
     return best
 
 
-def paired_bootstrap(
-    diffs: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
-) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of per-seed differences and its bootstrap 95 % CI (the
-    seeds resampled with replacement); NaN bounds with fewer than two seeds."""
-    xs = np.asarray(diffs, dtype=np.float64)
-    if xs.size == 0:
-        return math.nan, math.nan, math.nan
-    if xs.size < 2:
-        return float(xs.mean()), math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = xs[rng.integers(0, xs.size, size=(resamples, xs.size))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(xs.mean()), float(low), float(high)
-
-
-def relative(a: C.Sample, b: C.Sample) -> tuple[float, str]:
-    """(t_a - t_b) / t_b, and which way a cut-off bends it ('' exact, '>' or '<' a bound)."""
-    value = (a.value - b.value) / b.value
-    if a.reached and b.reached:
-        return value, ""
-    if not a.reached and b.reached:
-        return value, ">"
-    if a.reached and not b.reached:
-        return value, "<"
-    return value, "?"
-
-
-def verdict(mean: float, low: float, high: float, bounds: str) -> str:
-    """'faster' when the CI lies below 0; 'within 5 %' when it lies inside +-5 % (the
-    goal, even if it excludes 0); 'slower' when it lies above 0; else 'level (CI wide)';
-    'unclear' where cut-off runs leave the direction open."""
-    if not math.isfinite(mean):
-        return "n/a"
-    if not math.isfinite(low):
-        return "unclear (one seed)"
-    if "?" in bounds or ("<" in bounds and ">" in bounds):
-        return "unclear"
-    if math.isfinite(high) and high < 0:
-        return "faster"
-    if math.isfinite(low) and -WITHIN <= low and high <= WITHIN and "<" not in bounds:
-        return "within 5 %"
-    if math.isfinite(low) and low > 0:
-        return "slower" if "<" not in bounds else "unclear"
-    return "level (CI wide)"
-
-
 def comparison(v: VariantData, arm: str, against: str) -> tuple[list[float], str, list[int]]:
     """Per held-out seed (t_arm - t_ref) / t_ref with ref the static k* ('kstar') or the
     seed's own oracle ('oracle'); the bound marks; the seeds used."""
@@ -315,7 +267,24 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
                         + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
                     )
                 )
+        if v.name == IDEAL_45.name and train.kstar is not None:
+            rows.append(_resolution(train, v, train.kstar))
     return rows
+
+
+def _resolution(train: VariantData, v: VariantData, k: int) -> C.ClaimRow:
+    """Whether a run's gains can place k where a site costs no time: k* against the next
+    k of the grid, over every seed's static runs and every adaptive run's fits."""
+    above = min((x for x in (*train.sweep, *v.sweep) if x > k), default=k)
+    both = (train, v)
+    static = {
+        x: [r for d in both for r in d.runs.get(static_arm(x).name, {}).values()]
+        for x in (k, above)
+    }
+    online = [
+        r for d in both for a in ("adaptive", *_option_arms(d)) for r in d.runs.get(a, {}).values()
+    ]
+    return resolution_claim(static, online, k, above)
 
 
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:

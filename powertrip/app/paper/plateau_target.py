@@ -22,7 +22,8 @@ import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
 from powertrip.app.paper.data import VariantData
-from powertrip.app.paper.heldout import TRAIN_SEEDS, WITHIN, paired_bootstrap
+from powertrip.app.paper.heldout import TRAIN_SEEDS
+from powertrip.app.paper.paired import WITHIN, paired_bootstrap
 from powertrip.app.paper.plateau_draws import (
     SOURCE,
     TARGET,
