@@ -174,9 +174,9 @@ help as built: the fit reads a probe's one or two rounds as evidence about k.
 
 The pair `block_se=1, shrink_in_fit=1` (its runs: `<set-up>-adaptive-blockse-infit` in
 results/reproduce/runs) is block_se on uniform power (held-out +2.4 % against k* = 3, the
-same runs but for 0.2 % on seed 9), +2.7 % and +2.9 % at 1 and 2 GB (block_se: +4.9 %,
-+3.0 %), and shrink_in_fit on the ideal set-up (+8.9 % [+5 %, +12 %] against k* = 5): the
-falls end, the growth does not. There a probe 5 -> 10 costs no
+same runs but for 0.2 % on seed 9), -7.4 % on trace and +2.7 % and +2.9 % at 1 and 2 GB
+(block_se: -6.4 %, +4.9 %, +3.0 %), and shrink_in_fit on the ideal set-up (+8.9 % [+5 %,
++12 %] against k* = 5): the falls end, the growth does not. There a probe 5 -> 10 costs no
 time, and when it lands on the steep part of training (rounds 5-9) its rounds gain more
 because training is fast then, which the state term does not take out: training seed 4's
 fit gave s = 0.151, se = 0.071 after it, and k grew to 100 by round 19. Without such a
