@@ -81,8 +81,16 @@ SUITE = Suite(
     show_sweep=True,
 )
 VARIANTS = (IDEAL, IDEAL_SPLIT)
-#: the prefix of each set-up's claims and plot files ('' for Fig. 7's own local-steps runs)
-PREFIX = {IDEAL.name: "", IDEAL_SPLIT.name: "power-split (Eq. 7): "}
+#: per set-up: its claims' prefix, its plot files' suffix and Fig. 6's title ('' for Fig. 7's
+#: own local-steps runs: unprefixed, the default title)
+NAMING = {
+    IDEAL.name: ("", "", ""),
+    IDEAL_SPLIT.name: (
+        "power-split (Eq. 7): ",
+        "_power_split",
+        "Accuracy vs time, ideal sites, power-split (Eq. 7)",
+    ),
+}
 
 
 def _present(d: Mapping[str, VariantData]) -> list[VariantData]:
@@ -258,7 +266,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
     for v in _present(d):
         rows = [accuracy_claim(v), time_claim(v, target), *speedup_claims(v, target)]
         for row in rows:
-            row.claim = PREFIX[v.name] + row.claim
+            row.claim = NAMING[v.name][0] + row.claim
             if row.differs:
                 row.reasons.append(f"{v.config().get('max_rounds', '?')} rounds per run")
         # no budget cut-off; the runs train with target 1.0, the claims read `target`
@@ -353,8 +361,7 @@ def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> l
     target = target_of(meta)
     paths = []
     for v in _present(d):
-        tail = "" if v.name == IDEAL.name else "_power_split"
-        title = "" if v.name == IDEAL.name else "Accuracy vs time, ideal sites, power-split (Eq. 7)"
+        _, tail, title = NAMING[v.name]
         paths += [
             plot_accuracy(v, target, out / f"fig6_accuracy_vs_time{tail}.png", title),
             plot_abc(v, target, out / f"fig7_accuracy_time_speedup{tail}.png"),

@@ -14,6 +14,7 @@ import numpy as np
 
 from powertrip.app.report import claims as C
 from powertrip.app.report.result import RunResult
+from powertrip.core import runfiles
 
 
 def mean_gain(run: RunResult) -> float:
@@ -27,7 +28,7 @@ def fitted_noise(runs: Sequence[RunResult], min_points: int = 6) -> list[float]:
     least `min_points` gains, read from the runs' decisions.jsonl."""
     sigmas = []
     for run in runs:
-        path = run.path / "decisions.jsonl"
+        path = run.path / runfiles.DECISIONS
         for line in path.read_text().splitlines() if path.exists() else []:
             fit = (json.loads(line).get("explanation") or {}).get("fit") or {}
             if fit.get("points", 0) >= min_points and fit.get("sigma"):
