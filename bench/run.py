@@ -13,6 +13,8 @@ both alike; the ratio is the median of the pairwise ratios:
 * transfer_MBps: a 26 MB model download + delta upload through the real aggregator service
   and the site worker's own client code on loopback vs raw_tcp_MBps (a plain socket, same
   bytes).
+* pinned_vs_native (bench/kernels.py): the bare loop with the CPU kernels pinned to AVX2, as
+  every run has them by default, against the CPU's own (`POWERTRIP_CPU_KERNELS=native`).
 * fedavg_GBps over 100 CNN deltas vs memcpy_GBps, with the aggregating process's peak RSS.
 * select_ms_p99 for SelectSites over gRPC at 100, 1,000 and 10,000 sites.
 * scale_overhead_ms (bench/scale.py): a real round's time outside training (profiles,
@@ -57,6 +59,7 @@ from bench import (  # noqa: E402
     fedavg,
     flower,
     gpu,
+    kernels,
     qlora,
     scale,
     select_sites,
@@ -67,6 +70,7 @@ from bench import (  # noqa: E402
 # `--only` names -> modules, in the order they run (and their figures appear in the table).
 BENCHMARKS = {
     "train": train,
+    "kernels": kernels,
     "flower": flower,
     "transfer": transfer,
     "fedavg": fedavg,
@@ -98,7 +102,8 @@ def main() -> int:
     parser.add_argument("--demo", action="store_true", help="also time `make demo` (minutes)")
     parser.add_argument("--quick", action="store_true", help="smoke run: small and fast")
     parser.add_argument(
-        "--only", help="comma-separated: train,flower,transfer,fedavg,select,scale,gpu,qlora"
+        "--only",
+        help="comma-separated: train,kernels,flower,transfer,fedavg,select,scale,gpu,qlora",
     )
     parser.add_argument(
         "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from powertrip.app.cliparser import _FLAG_FIELDS, build_parser
-from powertrip.core import policyparams, runfiles
+from powertrip.core import runfiles
 from powertrip.core.config import (
     LATER_SETTINGS,
     PARAM_PREFIX,
@@ -21,6 +21,8 @@ from powertrip.core.config import (
     RunConfig,
     parse_setting,
 )
+from powertrip.core.kernels import KernelsError, pin_cpu_kernels
+from powertrip.core.policies.base import param_number
 
 #: exit codes of run, compare, sweep and reproduce: 0 done; 1 a run failed (its summary says
 #: why); 2 bad usage or configuration, found before anything starts; 3 a service or site
@@ -54,8 +56,7 @@ def load_config(args: argparse.Namespace) -> RunConfig:
         if not sep:
             raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
         try:
-            # a number, or the name of a choice (gain=separable)
-            config.policy_params[name.strip()] = policyparams.encode(name.strip(), value)
+            config.policy_params[name.strip()] = param_number(name.strip(), value)
         except ValueError as exc:
             raise ConfigError(f"--param {exc}") from None
     config = config.with_settings(getattr(args, "settings", None) or [])
@@ -177,6 +178,11 @@ def _site_bundle(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    try:  # before anything trains, here or in a child: same seed, same numbers on any x86-64
+        pin_cpu_kernels()
+    except KernelsError as exc:
+        print(f"powertrip: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "serve":
         os.execv(sys.executable, [sys.executable, "-m", f"services.{args.service}", *args.args])
     if args.command == "site-bundle":

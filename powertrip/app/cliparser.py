@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="policy parameter, e.g. --param k=20 or --param gain=separable (repeatable)",
+        help="policy parameter, e.g. --param k=20 or --param probe_cost=0.2 (repeatable)",
     )
 
     _add_result_format_option(run)
@@ -528,7 +528,7 @@ def _add_reproduce_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         metavar="SETUPS",
-        help="run only these set-ups of the figures (comma-separated, e.g. calibrate); the "
+        help="run only these set-ups of the figures (comma-separated, e.g. two-directions); the "
         "reports still read every finished run",
     )
     parser.add_argument(

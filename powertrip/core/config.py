@@ -11,9 +11,10 @@ from typing import Any
 
 import yaml
 
-from powertrip.core import footprint, policyparams
+from powertrip.core import footprint, provenance
 from powertrip.core.clocks import CLOCKS
 from powertrip.core.peftspec import PeftSpec, PeftSpecError
+from powertrip.core.policies.base import param_number
 from powertrip.core.profiles import (
     DISTANCE_DISTRIBUTIONS,
     GPUS_PER_SITE,
@@ -186,6 +187,10 @@ class RunConfig:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "config") -> RunConfig:
+        """A config from a mapping of settings; a stored run's `provenance` block (what made
+        it, not a setting) is skipped, so `--config RUN/config.yaml` reruns that run."""
+        if isinstance(data, dict) and provenance.KEY in data:
+            data = {k: v for k, v in data.items() if k != provenance.KEY}
         return cls().with_values(data, source)
 
     @classmethod
@@ -435,11 +440,30 @@ class RunConfig:
             gpus_available_max_fraction=self.gpus_available_max_fraction,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def resolved_policy_params(self) -> dict[str, float]:
+        """Every parameter of the run's policy: its defaults today, overridden by the ones
+        given. What a run writes, so that it reruns the same after a default moves; an
+        unknown policy keeps the given ones (the policy service names it)."""
+        from powertrip.core.policies import REGISTRY  # the catalogue imports numpy
 
-    def write_yaml(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        cls = REGISTRY.get(self.policy)
+        defaults = cls.default_params if cls is not None else {}
+        return {**{k: float(v) for k, v in defaults.items()}, **self.policy_params}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, the policy's parameters resolved (`resolved_policy_params`): what
+        is written and what a stored run is compared against."""
+        data = dataclasses.asdict(self)
+        data["policy_params"] = self.resolved_policy_params()
+        return data
+
+    def write_yaml(self, path: str | Path, made_by: dict[str, Any] | None = None) -> None:
+        """The settings as YAML; with `made_by`, a `provenance` block after them (the
+        aggregator writes one into config.yaml: powertrip.core.provenance)."""
+        data = self.to_dict()
+        if made_by is not None:
+            data[provenance.KEY] = made_by
+        Path(path).write_text(yaml.safe_dump(data, sort_keys=False))
 
     @property
     def update_size_bytes(self) -> float:
@@ -491,8 +515,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             if not isinstance(value, dict):
                 raise TypeError
             try:
-                # named choices (gain: separable) become their wire numbers
-                return {str(k): policyparams.encode(str(k), v) for k, v in value.items()}
+                return {str(k): param_number(str(k), v) for k, v in value.items()}
             except ValueError as exc:
                 raise ConfigError(f"{source}: {key}.{exc}") from None
     except ConfigError:
@@ -520,7 +543,7 @@ def parse_setting(item: str) -> tuple[str, Any]:
         if not name:
             raise ConfigError(f"--set {item}: expected policy_params.NAME=VALUE")
         try:
-            return key, policyparams.encode(name, text)
+            return key, param_number(name, text)
         except ValueError as exc:
             raise ConfigError(f"--set {item}: policy_params.{exc}") from None
     if key not in _TYPES:

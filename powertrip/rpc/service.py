@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from powertrip.core.kernels import KernelsError, pin_cpu_kernels
 from powertrip.rpc.heap import keep_buffers_on_heap
 from powertrip.rpc.server import (
     MAX_MESSAGE_BYTES,
@@ -238,8 +239,10 @@ def log_handler(name: str, log_format: str = "text") -> logging.Handler:
 def setup_process(level: str, name: str, log_format: str | None = None) -> None:
     """Logging in one format for every service (`log_format` "text", or "json" for one JSON
     object per line; None = POWERTRIP_LOG_FORMAT or text), and the process set-up they all
-    share: large message buffers kept on the heap (`powertrip.rpc.heap`). A format other than
-    text or json (from the environment: flags are checked by argparse) exits 2, named."""
+    share: large message buffers kept on the heap (`powertrip.rpc.heap`), and the CPU kernels
+    pinned (`powertrip.core.kernels`) before the service trains or evaluates. A format other
+    than text or json, or a bad POWERTRIP_CPU_KERNELS (from the environment: flags are
+    checked by argparse), exits 2, named."""
     log_format = log_format or default_log_format()
     if log_format not in LOG_FORMATS:
         print(
@@ -248,6 +251,11 @@ def setup_process(level: str, name: str, log_format: str | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
+    try:
+        pin_cpu_kernels()
+    except KernelsError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     keep_buffers_on_heap()
     logging.basicConfig(
         level=getattr(logging, str(level).upper(), logging.INFO),

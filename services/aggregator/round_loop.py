@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from powertrip.core import runfiles
+from powertrip.core import provenance, runfiles
 from powertrip.core.fedavg import apply_delta
 from powertrip.core.footprint import RoundFootprint
 from powertrip.core.workloads import get_workload
@@ -90,7 +90,7 @@ class RoundLoop:
                 self.audit.start(initial)
         else:
             self._resume(resumed)
-        self.run.write_yaml(self.config.out_dir / runfiles.CONFIG)
+        self.run.write_yaml(self.config.out_dir / runfiles.CONFIG, made_by=provenance.collect())
 
     def _resume(self, record: CheckpointRecord) -> None:
         """Continue from a checkpoint: same model bytes, same loop state, same files."""

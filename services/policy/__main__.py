@@ -10,7 +10,6 @@ import sys
 import textwrap
 
 from powertrip.core.policies import REGISTRY
-from powertrip.core.policyparams import CHOICES, decode
 from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
 from powertrip.rpc.service import ServeOptions, ServiceSpec, serve, setup_process
@@ -28,8 +27,7 @@ SPEC = ServiceSpec(
 
 
 def _param_text(name: str, value: float) -> str:
-    """`gain=feedback` rather than `gain=0` for parameters that name a choice."""
-    return f"{name}={decode(name, value) if name in CHOICES else format(value, 'g')}"
+    return f"{name}={value:g}"
 
 
 def list_policies() -> str:

@@ -97,9 +97,6 @@ def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
     assert "static-k@uniform* -> static-k" in done.stdout
     kstar = done.stdout.split("static-k@uniform* -> ")[1].split()[0]
     for variant in (
-        "rule-feedback",
-        "gain-separable",
-        "calibrate",
         "two-directions",
         "data-parallel",
         "power-split",

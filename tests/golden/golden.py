@@ -7,14 +7,14 @@ those files with ``expected.json`` (``--check``, the default), or writes it (``-
 only when a change is *meant* to move results; say so in the commit).
 
 The runs cover the parts a refactor is most likely to disturb: each rule of the policy
-service (the paper's PowerTrip, its feedback option, ``adaptive``, static, Oort, random),
+service (the paper's PowerTrip, ``adaptive``, static, highest-power, Oort, random),
 both power sources, both work models, both link models, a larger update and a second
 workload. They train for real on the repository's data (FEMNIST and Shakespeare subsets),
 10 sites, 3-4 rounds each: about 30 s a run on an idle 2-core machine.
 
-The hashes are this machine kind's: torch's CPU kernels may round differently on another
-CPU, so a mismatch on a different machine first means "record there, on the commit before
-the change, and compare".
+The runs pin torch's CPU kernels to AVX2 (`powertrip.core.kernels`, the default of every
+run), so the hashes are the same on any x86-64 CPU with AVX2, Intel or AMD, with or without
+AVX-512; with POWERTRIP_CPU_KERNELS=native they are this CPU's own and will not match.
 
     python tests/golden/golden.py            # check (exit 1 and a list on any difference)
     python tests/golden/golden.py --record   # write expected.json
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))  # `powertrip` from this checkout, from any cwd
+from powertrip.core.kernels import PINNED  # noqa: E402
+
 EXPECTED = HERE / "expected.json"
 COMPARED_FILES = ("rounds.csv", "decisions.jsonl")
 BASE_ARGS = ("--workload", "femnist", "--sites", "10", "--max-rounds", "4", "--seed", "3")
@@ -43,13 +47,11 @@ BASE_ARGS = ("--workload", "femnist", "--sites", "10", "--max-rounds", "4", "--s
 # name -> extra `powertrip run` arguments (after BASE_ARGS; later flags win)
 RUNS: dict[str, tuple[str, ...]] = {
     "powertrip-paper": ("--policy", "powertrip"),
-    "powertrip-feedback": (
+    "highest-power-data-parallel": (
         "--policy",
-        "powertrip",
-        "--param",
-        "rule=feedback",
-        "--param",
-        "calibrate=1",
+        "highest-power",
+        "--set",
+        "work_model=data-parallel",
     ),
     "adaptive": ("--policy", "adaptive"),
     "static-k3": ("--policy", "static", "--param", "k=3"),
@@ -97,7 +99,9 @@ def run_one(name: str, out_root: Path) -> dict[str, str]:
         str(out),
         "--quiet",
     ]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    # the pinned kernels whatever this shell says: the hashes are recorded under them
+    env = {**os.environ, "POWERTRIP_CPU_KERNELS": "pinned", **PINNED}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         raise RuntimeError(f"golden run {name} failed (exit {done.returncode}):\n{tail}")

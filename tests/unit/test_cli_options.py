@@ -38,7 +38,7 @@ def test_set_reads_values_as_the_yaml_file_does(tmp_path):
         "--set", "lr=0.01",
         "--set", "shadow=false",
         "--set", "work_model=data-parallel",
-        "--set", "policy_params.gain=separable",
+        "--set", "policy_params.probe_cost=0.2",
         "--set", "policy_params.k=20",
         "--set", "data_dir=2024",
         "--set", "target_accuracy=null",
@@ -47,10 +47,10 @@ def test_set_reads_values_as_the_yaml_file_does(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(
         "lr: 0.01\nshadow: false\nwork_model: data-parallel\n"
-        "policy_params: {gain: separable, k: 20}\ndata_dir: '2024'\ncomm_directions: 2\n"
+        "policy_params: {probe_cost: 0.2, k: 20}\ndata_dir: '2024'\ncomm_directions: 2\n"
     )
     assert config == RunConfig.from_yaml(yaml_file).validate()
-    assert config.policy_params == {"gain": 1.0, "k": 20.0}
+    assert config.policy_params == {"probe_cost": 0.2, "k": 20.0}
 
 
 def test_precedence_yaml_then_flags_then_set(tmp_path):
@@ -96,7 +96,7 @@ def test_set_counts_as_chosen_for_compare_bounds():
         (["--set", "seed=1.5"], ["seed must be of type int"]),
         (["--set", "lr=fast"], ["lr must be of type float"]),
         (["--set", "lr"], ["expected KEY=VALUE"]),
-        (["--set", "policy_params.gain=best"], ["gain", "feedback, separable"]),
+        (["--set", "policy_params.probe_cost=best"], ["probe_cost", "'best' is not a number"]),
         (["--set", "num_sites=0"], ["num_sites", ">= 1"]),
         (["--set", "clock="], ["clock must not be empty"]),
         (["--policy", "nope"], ["unknown policy nope", "valid policies: powertrip"]),
@@ -146,7 +146,7 @@ def test_training_samples_match_the_loaded_data():
         ("compare", ["--policies", " , "], ["--policies: no policy named"]),
         ("compare", ["--policies", "static:k"], ["a parameter is written NAME=VALUE"]),
         ("compare", ["--policies", "static:nope=1"], ["unknown parameter(s) nope"]),
-        ("compare", ["--policies", "powertrip:rule=x"], ["rule: 'x' is not one of paper"]),
+        ("compare", ["--policies", "powertrip:window=x"], ["window: 'x' is not a number"]),
         ("compare", ["--budget-factor", "-1"], ["--budget-factor: must be >= 0"]),
         ("sweep", ["--k", "3,0"], ["--k values must be in 1..6"]),
         ("sweep", ["--k", "a"], ["--k must be comma-separated integers"]),
@@ -197,11 +197,11 @@ def test_reproduce_set_is_written_into_its_base_config(tmp_path, capsys):
     from powertrip.app.cli import _reproduce_config
 
     args = build_parser().parse_args(
-        ["reproduce", "--set", "lr=0.05", "--set", "policy_params.gain=separable"]
+        ["reproduce", "--set", "lr=0.05", "--set", "policy_params.window=3"]
     )
     path = _reproduce_config(args, tmp_path / "c.yaml")
     data = yaml.safe_load(path.read_text())
-    assert data["lr"] == 0.05 and data["policy_params"] == {"gain": 1.0}
+    assert data["lr"] == 0.05 and data["policy_params"]["window"] == 3.0
     assert data["workload"] == "femnist"  # the rest of configs/reproduce.yaml is kept
     # a setting that one of reproduce's own flags replaces afterwards is refused
     argv = ["reproduce", "--workload", "synthetic", "--set", "lr=0.05", "--out", str(tmp_path)]

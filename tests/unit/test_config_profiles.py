@@ -15,7 +15,25 @@ def test_yaml_round_trip(tmp_path):
     path = tmp_path / "c.yaml"
     config.write_yaml(path)
     again = RunConfig.from_yaml(path)
-    assert again == config
+    assert again.to_dict() == config.to_dict()
+    # what is written holds every parameter of the policy, the given one and its defaults
+    assert again.policy_params == {"radius_miles": 500.0, "m_ref_gb": 1.5}
+    assert again.to_dict() == again.with_values({}).to_dict()  # and reads back as written
+
+
+def test_a_stored_config_keeps_its_parameters_when_a_default_moves(tmp_path, monkeypatch):
+    """A run's config.yaml says every parameter that made it: read back after a default has
+    moved, it is still the run it was, and its provenance block is not a setting."""
+    from powertrip.core.policies import REGISTRY
+
+    path = tmp_path / "config.yaml"
+    RunConfig(policy="adaptive").write_yaml(path, made_by={"commit": "abc"})
+    assert "provenance:" in path.read_text() and "commit: abc" in path.read_text()
+    moved = {**REGISTRY["adaptive"].default_params, "probe_cost": 0.5}
+    monkeypatch.setattr(REGISTRY["adaptive"], "default_params", moved)
+    stored = RunConfig.from_yaml(path)
+    assert stored.policy_params["probe_cost"] == 0.1  # as it ran, not today's 0.5
+    assert RunConfig(policy="adaptive").to_dict()["policy_params"]["probe_cost"] == 0.5
 
 
 @pytest.mark.parametrize(
@@ -130,7 +148,7 @@ def test_site_ids():
         ("data_dir=2024", "data_dir", "2024"),  # text settings keep the text as given
         ("policy=on", "policy", "on"),
         ("policy_params={k: 20}", "policy_params", {"k": 20}),
-        ("policy_params.gain=separable", "policy_params.gain", 1.0),
+        ("policy_params.probe_cost=0.2", "policy_params.probe_cost", 0.2),
     ],
 )
 def test_parse_setting_reads_values_as_yaml_does(item, key, value):

@@ -67,10 +67,12 @@ def test_policy_params_from_the_environment_as_in_yaml(entrypoint, tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("policy_params: {k: 20}\n")
     assert env.policy_params == RunConfig.from_yaml(path).policy_params == {"k": 20.0}
-    # a named choice becomes its wire number, as in a file
-    named = entrypoint.run_config({"POWERTRIP_RUN_POLICY_PARAMS": "{gain: separable}"})
-    path.write_text("policy_params: {gain: separable}\n")
-    assert named.policy_params == RunConfig.from_yaml(path).policy_params
+    # a value that is not a number is refused by name, as in a file
+    with pytest.raises(ConfigError, match="policy_params.k: 'many' is not a number"):
+        entrypoint.run_config({"POWERTRIP_RUN_POLICY_PARAMS": "{k: many}"})
+    path.write_text("policy_params: {k: many}\n")
+    with pytest.raises(ConfigError, match="policy_params.k: 'many' is not a number"):
+        RunConfig.from_yaml(path)
 
 
 def test_environment_values_read_as_set_reads_them(entrypoint, tmp_path):

@@ -19,7 +19,6 @@ from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
 
 from powertrip.app.flower import PowerTripStrategy, RoundLog, SiteProfile  # noqa: E402
 from powertrip.core.policies import ALIASES, REGISTRY, PolicyError  # noqa: E402
-from powertrip.core.policyparams import encode  # noqa: E402
 from powertrip.v1 import common_pb2, policy_pb2  # noqa: E402
 from services.policy.config import PolicyConfig  # noqa: E402
 from services.policy.selection import select  # noqa: E402
@@ -36,7 +35,7 @@ def select_request(
     """The SelectSitesRequest the policy service would get for what the strategy saw."""
     return policy_pb2.SelectSitesRequest(
         policy=policy,
-        params={k: encode(k, v) for k, v in params.items()},
+        params={k: float(v) for k, v in params.items()},
         sites=[
             common_pb2.SiteProfile(
                 site_id=p["site_id"],
@@ -128,14 +127,16 @@ def test_every_federated_policy_chooses_as_the_policy_service_does(name):
     assert "site-007" not in mine  # a profile that says it is not alive is never chosen
 
 
-def test_policy_parameters_and_choices_by_name_reach_the_policy():
+def test_policy_parameters_reach_the_policy_and_text_that_is_no_number_is_refused():
     profiles = _profiles()
     for params in ({"k": 5}, {"k": 9}):
         strategy = PowerTripStrategy("static", params, tau_s=TAU_S, update_size_bytes=M)
         ctx = strategy.context(profiles, server_round=1, model_bytes=1.0)
         assert strategy.decide(ctx).k == params["k"]
-    strategy = PowerTripStrategy("powertrip", {"gain": "separable"}, update_size_bytes=M)
-    assert strategy.params == {"gain": encode("gain", "separable")}
+    strategy = PowerTripStrategy("adaptive", {"probe_cost": "0.2"}, update_size_bytes=M)
+    assert strategy.params == {"probe_cost": 0.2}
+    with pytest.raises(ValueError, match="probe_cost: 'cheap' is not a number"):
+        PowerTripStrategy("adaptive", {"probe_cost": "cheap"}, update_size_bytes=M)
 
 
 def test_a_profile_crosses_as_a_config_record_and_a_bad_one_is_refused():

@@ -1,10 +1,10 @@
-"""Can a run tell one k from another by its gains (powertrip/app/paper/gain_noise.py)? Hand-made
-runs: the difference of mean gains per round against adaptive's fitted noise of one round."""
+"""Can a run tell one k from another by its progress (powertrip/app/paper/gain_noise.py)?
+Hand-made runs, paired by seed: the mean difference of progress per round against its spread
+over seeds, at each horizon, by accuracy and by held-out loss."""
 
 from __future__ import annotations
 
-import json
-
+import numpy as np
 import pytest
 
 from powertrip.app.paper import gain_noise as G
@@ -12,42 +12,56 @@ from powertrip.app.report.rundir import load_run
 from tests.unit.test_reproduce import write_run
 
 
-def _run(tmp_path, name: str, gain: float, rounds: int, sigmas=()):
-    """A run whose accuracy rises by `gain` a round; `sigmas`: its fits' noise, one a round."""
+def _run(tmp_path, name: str, accuracy: np.ndarray, loss: np.ndarray):
+    """A finished run on disk with these per-round accuracies and losses."""
     path = tmp_path / name
-    write_run(path, "static", None, [(0.1 * i, 0.05 + gain * i, 5) for i in range(rounds)])
-    lines = [json.dumps({"explanation": {"fit": {"points": 8, "sigma": s}}}) for s in sigmas]
-    lines.append(json.dumps({"explanation": {"fit": {"points": 2, "sigma": 9.0}}}))  # too few
-    (path / "decisions.jsonl").write_text("\n".join(lines) + "\n")
+    write_run(path, "static", None, [(0.1 * i, a, 5) for i, a in enumerate(accuracy, 1)])
+    lines = (path / "rounds.csv").read_text().splitlines()
+    for i, value in enumerate(loss, 1):  # the loss column, 7th, is 1.0 in write_run's rows
+        cells = lines[i].split(",")
+        cells[6] = repr(float(value))
+        lines[i] = ",".join(cells)
+    (path / "rounds.csv").write_text("\n".join(lines) + "\n")
     return load_run(path)
 
 
-def test_rounds_to_resolve_grow_with_the_noise_over_the_difference_squared():
-    assert G.rounds_to_resolve(0.001, 0.02) == pytest.approx(3200)  # 2 (2 x 20)^2
-    assert G.rounds_to_resolve(0.002, 0.02) == pytest.approx(800)
-    assert G.rounds_to_resolve(0.0, 0.02) == float("inf")
+def _pairs(tmp_path, gain_small, gain_large, noise, rounds=25, seeds=6):
+    """Static runs at k = 5 and 10 per seed: accuracy rising by `gain_*` a round and loss
+    falling by 10x that, each reading with evaluation noise of sd `noise` (seeded)."""
+    rng = np.random.default_rng(0)
+    runs = {5: {}, 10: {}}
+    for seed in range(seeds):
+        for k, gain in ((5, gain_small), (10, gain_large)):
+            t = np.arange(rounds)
+            acc = 0.05 + gain * t + rng.normal(0, noise, rounds)
+            loss = 4.0 - 10 * gain * t + rng.normal(0, 10 * noise, rounds)
+            runs[k][seed] = _run(tmp_path, f"k{k}-s{seed}", acc, loss)
+    return runs
 
 
-def test_a_small_difference_in_noisy_gains_cannot_be_resolved_within_a_run(tmp_path):
-    static = {
-        5: [_run(tmp_path, f"k5-{s}", 0.0167, 25) for s in range(3)],
-        10: [_run(tmp_path, f"k10-{s}", 0.0153, 27) for s in range(3)],
-    }
-    assert G.mean_gain(static[5][0]) == pytest.approx(0.0167)
-    online = [_run(tmp_path, "adaptive", 0.016, 26, sigmas=[0.02, 0.024, 0.03])]
-    assert G.fitted_noise(online) == [0.02, 0.024, 0.03]  # the 2-point fit left out
-    row = G.resolution_claim(static, online, 5, 10)
-    assert row.holds == "no" and row.seeds == 3
-    assert "d = 0.0014" in row.ours and "0.024 (median of 3 fits)" in row.ours
-    assert "2,351 rounds at each k" in row.ours and "the runs last 25-27" in row.ours
+def test_progress_telescopes_to_the_first_and_last_reading(tmp_path):
+    run = _run(tmp_path, "r", np.array([0.1, 0.5, 0.2, 0.4]), np.array([4.0, 3.0, 3.5, 3.1]))
+    assert G.progress(run, "accuracy", 4) == pytest.approx((0.4 - 0.1) / 3)
+    assert G.progress(run, "loss", 3) == pytest.approx((3.5 - 4.0) / 2)
+    assert np.isnan(G.progress(run, "accuracy", 5))  # shorter than the horizon
+    assert G.pairs_to_resolve(0.001, 0.002) == pytest.approx(16.0)  # (2 x 2)^2
+    assert G.pairs_to_resolve(0.0, 0.002) == float("inf")
 
 
-def test_a_large_difference_is_resolved_and_missing_runs_say_not_run(tmp_path):
-    static = {
-        5: [_run(tmp_path, f"k5-{s}", 0.03, 25) for s in range(2)],
-        10: [_run(tmp_path, f"k10-{s}", 0.01, 25) for s in range(2)],
-    }
-    online = [_run(tmp_path, "adaptive", 0.02, 25, sigmas=[0.01])]
-    assert G.resolution_claim(static, online, 5, 10).holds == "yes"  # 2 (0.02 / 0.02)^2 = 2
-    assert G.resolution_claim({5: static[5]}, online, 5, 10).ours == "not run"
-    assert G.resolution_claim(static, [], 5, 10).holds == "n/a"
+def test_a_difference_lost_in_the_noise_is_not_resolved_by_one_pair(tmp_path):
+    runs = _pairs(tmp_path, 0.0167, 0.0153, noise=0.03)
+    rows = {r.claim: r for r in G.resolution_rows(runs, 5, 10)}
+    row = rows["a run can tell k = 5 from k = 10 by its accuracy (ideal set-up)"]
+    assert row.holds == "no" and row.seeds == 6
+    assert row.ours.startswith("R = 5: d = ") and "R = 25: d = " in row.ours
+    assert "one pair resolves at R = none up to 25" in row.why
+
+
+def test_a_large_difference_is_resolved_and_too_few_seeds_say_not_run(tmp_path):
+    runs = _pairs(tmp_path, 0.03, 0.01, noise=0.002)
+    rows = G.resolution_rows(runs, 5, 10)
+    assert [r.holds for r in rows] == ["yes", "yes"]  # by accuracy and by held-out loss
+    assert "by its held-out loss" in rows[1].claim
+    assert "one pair resolves at R = 5" in rows[0].why
+    few = {k: dict(list(v.items())[:2]) for k, v in runs.items()}
+    assert [r.ours for r in G.resolution_rows(few, 5, 10)] == ["not run", "not run"]

@@ -21,7 +21,6 @@ from powertrip.app.paper import (
     fig08,
     fig09,
     fig10,
-    plateau_target,
 )
 from powertrip.app.paper.ablation import table as ablation_table
 from powertrip.app.paper.common import (
@@ -39,17 +38,16 @@ PAPER_DIR = Path(paper.__file__).parent
 
 # ---- registry and layering -------------------------------------------------------------
 def test_registry_has_figures_2_3_5_to_14_the_ablation_and_the_studies():
-    beyond = ("11-regime", "8-9-plateau", "ablation", "heldout", "tau", "llm")
+    beyond = ("11-regime", "ablation", "heldout", "tau", "llm")
     assert set(FIGURES) == {"2", "3", *(str(n) for n in range(5, 15)), *beyond}
     assert list(SUITES) == [
-        *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "8-9-plateau", "12", "13"),
+        *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "12", "13"),
         "14",
         *("ablation", "heldout", "tau", "llm"),
     ]
-    # Figs. 2-3 are computed from the power trace, Fig. 5 from the population, the plateau
-    # target's from the committed GPU runs: no runs
+    # Figs. 2-3 are computed from the power trace, Fig. 5 from the population: no runs
     for module in MODULES:
-        no_runs = module in (fig02, fig03, fig05, plateau_target)
+        no_runs = module in (fig02, fig03, fig05)
         assert bool(module.SUITE.variants) == (not no_runs), module.__name__
     # every set-up a figure uses is introduced by some figure (Fig. 11 reads Figs. 6-7's)
     introduced = {v.name for module in MODULES for v in module.VARIANTS}
@@ -377,14 +375,14 @@ def test_ablation_table_says_which_choice_flips_the_claim():
     data = {
         "uniform": uniform,
         "two-directions": setup("two-directions", 1.3, 1.0),
-        "gain-separable": setup("gain-separable", 0.9, 1.0, {"gain": 1.0}),
+        "power-split": setup("power-split", 0.9, 1.0),
     }
-    rows = ablation_table(data, {"unsupported": {"gain-separable": "no gain parameter"}})[0].rows
+    rows = ablation_table(data, {"unsupported": {"power-split": "no such work model"}})[0].rows
     assert rows[0][:2] == ["uniform", "reference"] and rows[0][5] == "yes"
     assert rows[0][3] == "-"  # adaptive runs in links-fig5 only
     assert rows[1][1] == "comm_directions 1 -> 2" and rows[1][5] == "no"
     assert rows[1][6] == "2.0 ± 0.0 -> 7.0 ± 0.0"
-    assert rows[2][5] == "not run: no gain parameter"
+    assert rows[2][5] == "not run: no such work model"
 
 
 # ---- rendering from run directories ------------------------------------------------------
@@ -427,7 +425,6 @@ def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
     arms = ["powertrip", *(a for a in fig09.SUITE.arms if a not in ("sweep", "static-k*"))]
     others = {
         "ablation": [
-            "gain-separable",
             "two-directions",
             "data-parallel",
             "uniform-distances",

@@ -51,9 +51,9 @@ def test_only_restricts_the_plan_to_the_named_set_ups(tmp_path, capsys):
     from powertrip.app.cli import main
 
     argv = ["reproduce", "--figure", "ablation", "--seeds", "1", "--out", str(tmp_path)]
-    assert main([*argv, "--only", "calibrate", "--plan", "--quiet"]) == 0
+    assert main([*argv, "--only", "two-directions", "--plan", "--quiet"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
-    assert lines and all(ln.strip().startswith("calibrate/s0/") for ln in lines), lines
+    assert lines and all(ln.strip().startswith("two-directions/s0/") for ln in lines), lines
     assert main([*argv, "--only", "nope", "--plan"]) == 2
     assert "--only: nope is not a set-up of these figures" in capsys.readouterr().err
 

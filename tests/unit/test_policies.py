@@ -7,7 +7,6 @@ import pytest
 
 from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
-from powertrip.core.policies.feedback import recent_gain, rounds_without_gain
 from powertrip.core.policies.scoring import power_cost_scores, weights
 
 GB = 1e9
@@ -117,55 +116,14 @@ def _uniform_sites(n=40, seed=0):
     return table(rng.uniform(0.1, 1.0, n), d, 1.25e9 * 100 / d)
 
 
-SEPARABLE = {"rule": 1.0, "gain": 1.0}
-
-
-def test_separable_powertrip_starts_at_k0_and_grows_while_gains_outweigh_time():
-    t = _uniform_sites()
-    first = get_policy("powertrip").select(ctx(t))
-    assert len(first.order) == 2  # max(2, 5 % of 40)
-    # steady gains: the window lets k grow by up to 2 per round
-    history = [PastRound(1, 2, 0.10, 100.0), PastRound(2, 2, 0.20, 100.0)]
-    grown = get_policy("powertrip").select(ctx(t, history, params=SEPARABLE))
-    assert len(grown.order) > 2
-    assert grown.explanation["reason"].startswith("argmax")
-    # the pick maximises log(1+k)/T(k) over the candidates, as the explanation shows
-    eff = grown.explanation["efficiencies"]
-    assert grown.explanation["candidates"][int(np.argmax(eff))] == len(grown.order)
-
-
-@pytest.mark.parametrize(
-    "rule", [{}, {"rule": 1.0, "calibrate": 1.0}, SEPARABLE], ids=["paper", "feedback", "separable"]
-)
-def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers(rule):
+def test_powertrip_prefers_fewer_sites_when_more_only_add_stragglers():
     # sites beyond the top 3 are terribly slow: growing cannot pay for itself
     power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
     distance = [100, 110, 120, 9000, 9500, 9900]
     t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
     history = [PastRound(1, 3, 0.1, 60.0), PastRound(2, 3, 0.2, 60.0)]
-    d = get_policy("powertrip").select(ctx(t, history, params={"window": 3, **rule}))
+    d = get_policy("powertrip").select(ctx(t, history, params={"window": 3}))
     assert len(d.order) == 3
-
-
-def test_separable_powertrip_holds_k_when_gains_stall_and_shrinks_only_after_patience():
-    power = [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
-    distance = [100, 110, 120, 9000, 9500, 9900]
-    t = table(power, distance, [1e9, 1e9, 1e9, 1e6, 1e6, 1e6])
-    stalled = [PastRound(1, 6, 0.30, 60.0), PastRound(2, 6, 0.29, 60.0)]
-    params = {"window": 3, "patience": 3, **SEPARABLE}
-    held = get_policy("powertrip").select(ctx(t, stalled, params=params))
-    assert len(held.order) == 6  # one round without gain: patience not reached
-    longer = [*stalled, PastRound(3, 6, 0.28, 60.0), PastRound(4, 6, 0.30, 60.0)]
-    shrunk = get_policy("powertrip").select(ctx(t, longer, params=params))
-    assert len(shrunk.order) == 3  # patience exhausted: back to the efficient core
-    assert "shrinking allowed" in shrunk.explanation["reason"]
-
-
-def test_trend_helpers():
-    assert rounds_without_gain([0.1, 0.2, 0.15, 0.18]) == 2
-    assert rounds_without_gain([0.1, 0.2, 0.3]) == 0
-    assert recent_gain([0.1, 0.2, 0.4], 2) == pytest.approx(0.15)
-    assert recent_gain([0.3], 3) == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(
@@ -176,6 +134,10 @@ def test_trend_helpers():
         ("centralized", {"power_cap": 1.5}, "power_cap"),
         ("powertrip", {"patience": -1}, "patience"),
         ("powertrip", {"nonsense": 1}, "nonsense"),
+        # options beyond the paper that lost to its rule as written: deleted
+        ("powertrip", {"rule": 1}, "rule"),
+        ("powertrip", {"calibrate": 1}, "calibrate"),
+        ("powertrip", {"stall_rounds": 20}, "stall_rounds"),
     ],
 )
 def test_bad_params_name_the_field(sites, name, params, field):

@@ -10,7 +10,7 @@ import pytest
 
 from powertrip.core.policies import Context, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
-from powertrip.core.policies.feedback import realised_below, stall_floor
+from powertrip.core.policies.efficiency import realised_below
 from powertrip.core.policies.powertrip import auto_k0, greedy_addition
 
 GB = 1e9
@@ -86,18 +86,6 @@ def test_a_straggler_in_the_window_stops_the_scan_before_it():
     assert decide(table(), [2, 2, 2], [0.02, 0.04, 0.06], [130.0] * 3).k == 7
 
 
-def test_calibrate_is_an_option_that_puts_the_estimate_in_measured_units():
-    t = table()
-    plain = decide(t, [2, 2, 2], [0.02, 0.04, 0.06], [200.0] * 3)
-    scaled = decide(t, [2, 2, 2], [0.02, 0.04, 0.06], [200.0] * 3, calibrate=1)
-    assert plain.explanation["time_scale"] == 1.0
-    assert scaled.explanation["time_scale"] == pytest.approx(
-        200.0 / plain.explanation["times"][0], rel=1e-5
-    )
-    # in measured units the log term alone is what more sites buy: log(1+k)/log(3) > 1
-    assert scaled.k > 2
-
-
 def test_no_recent_gain_adds_nothing():
     # the last three gains: 0, -0.01, 0
     d = decide(table(), [4] * 5, [0.3, 0.31, 0.31, 0.30, 0.30], [100.0] * 5, patience=0)
@@ -135,55 +123,3 @@ def test_target_reached_is_explained():
     assert d.explanation["reason"].startswith("target accuracy 0.45 reached")
     d = decide(table(), [2, 2], [0.3, 0.44], [100.0] * 2, target=0.45)
     assert not d.explanation["reason"].startswith("target accuracy")
-
-
-def test_the_rule_is_named_and_the_previous_one_stays_selectable():
-    t = table()
-    old = decide(t, [2, 2, 2], [0.02, 0.04, 0.06], [200.0] * 3, rule=1, calibrate=1)
-    assert old.explanation["rule"] == "feedback"
-    assert "phase" in old.explanation  # the invented phi lives only there
-    assert "phase" not in decide(t, [2, 2, 2], [0.02, 0.04, 0.06], [200.0] * 3).explanation
-
-
-def test_stall_floor_rises_above_the_largest_set_that_stopped_improving():
-    # the best (0.2) comes at round 2; rounds 3-5 do not beat it at k 7, 2, 7: after 3 such
-    # rounds the floor is 7 + 5, and the count starts again
-    assert stall_floor([0.1, 0.2, 0.2, 0.19, 0.2], [2, 7, 7, 2, 7], 3, 5, 100) == (12, 0)
-    # a new best afterwards keeps the floor (it never falls) and resets the count
-    assert stall_floor([0.1, 0.2, 0.2, 0.2, 0.2, 0.3], [2, 7, 7, 2, 7, 12], 3, 5, 100) == (12, 0)
-    # no new best at the new floor for 3 more rounds: 12 + 5
-    accs = [0.1, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
-    assert stall_floor(accs, [2, 7, 7, 2, 7, 12, 12, 12], 3, 5, 100) == (17, 0)
-    # two rounds without a new best are not yet a stall; the floor is capped at the sites
-    assert stall_floor([0.1, 0.2, 0.2, 0.2], [2, 99, 99, 99], 3, 5, 100) == (0, 2)
-    assert stall_floor([0.2, 0.2, 0.2, 0.2], [99] * 4, 3, 5, 100) == (100, 0)
-
-
-def test_stall_rounds_is_off_by_default_and_binds_only_after_a_stall():
-    t = table()
-    # no gain in the last 3 rounds: the paper's rule holds k = 4 ("no recent accuracy gain")
-    ks, accs, times = [4] * 5, [0.3, 0.31, 0.31, 0.30, 0.30], [100.0] * 5
-    plain = decide(t, ks, accs, times, patience=0)
-    assert plain.k == 4 and "stall_floor" not in plain.explanation
-    # rounds 3-5 did not beat 0.31: with stall_rounds = 3 the floor is 4 + window 5 = 9
-    raised = decide(t, ks, accs, times, patience=0, stall_rounds=3)
-    assert raised.k == 9 and raised.explanation["stall_floor"] == 9
-    assert "raised to the floor k=9" in raised.explanation["reason"]
-    assert len(raised.order) == 9 and [int(i) for i in raised.order[:4]] == [0, 1, 2, 3]
-    # one stalled round short of 3: the option does not bind and the decision is the plain one
-    short = decide(t, ks[:4], accs[:4], times[:4], patience=0, stall_rounds=3)
-    assert short.k == decide(t, ks[:4], accs[:4], times[:4], patience=0).k
-    assert short.explanation["stall_floor"] == 0
-    assert short.explanation["rounds_without_new_best"] == 2
-
-
-def test_apply_stall_floor_rounds_the_parameter_up_to_whole_rounds():
-    from powertrip.core.policies.feedback import apply_stall_floor
-
-    # 2 rounds without a new best: R = 2 (from 1.5 or 2) raises the floor once, R = 3 (2.5)
-    # not at all, R = 1 (0.4, never 0) twice
-    accs, ks = [0.1, 0.2, 0.2, 0.2], [2, 7, 7, 7]
-    for stall_rounds, floor in ((2.0, 12), (1.5, 12), (2.5, 0), (0.4, 17)):
-        explanation = {"reason": "plain"}
-        k = apply_stall_floor(7, accs, ks, stall_rounds, 5, 100, explanation)
-        assert explanation["stall_floor"] == floor and k == max(7, floor), stall_rounds

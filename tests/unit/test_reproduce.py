@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from powertrip.app.experiments import reproduce as R
-from powertrip.app.experiments.suite import refine_ks
+from powertrip.app.experiments.suite import Variant, refine_ks
 from powertrip.app.paper import FIGURES, module_of
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY
@@ -25,7 +25,7 @@ def test_sweep_grid_is_fine_at_small_k_and_scales_with_the_site_count():
 
 @pytest.mark.parametrize(
     "figure",
-    [f for f in R.SUITES if f not in ("2", "3", "5", "8-9-plateau")],  # no runs
+    [f for f in R.SUITES if f not in ("2", "3", "5")],  # no runs
 )
 def test_every_figure_maps_to_runs_of_known_policies(figure):
     ks = R.sweep_ks(100)
@@ -111,11 +111,7 @@ def test_parse_figures():
     assert R.parse_figures("5") == ["5"]
     assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
     assert R.plan(["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
-    assert R.plan(["8-9-plateau"], [0, 1], 100, R.sweep_ks(100)) == []  # read from results/
-    allowed = (
-        "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
-        "heldout, tau"
-    )
+    allowed = "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
     with pytest.raises(R.ReproduceError, match=allowed):
         R.parse_figures("4")
 
@@ -315,9 +311,6 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     assert by_variant["links-fig5"] == ["powertrip", "adaptive", "static-k2"]
     assert by_variant["links-fig5-clock"] == ["powertrip"]  # waits for links-fig5's k*
     for name in (
-        "rule-feedback",
-        "gain-separable",
-        "calibrate",
         "two-directions",
         "data-parallel",
         "power-split",
@@ -335,9 +328,6 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
     assert {(r.variant, r.arm.name) for r in deferred} == {("links-fig5-clock", "static-k2")} | {
         (v, "static-k5")
         for v in (
-            "rule-feedback",
-            "gain-separable",
-            "calibrate",
             "two-directions",
             "data-parallel",
             "power-split",
@@ -367,7 +357,7 @@ def test_fig13_sizes_run_static_k_star_of_the_1_5_gb_sweep(tmp_path):
     }
 
 
-def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
+def test_ablation_flips_one_setting_and_arm_params_reach_only_their_policy():
     base = RunConfig.from_yaml(R.DEFAULT_CONFIG)
     uniform = R.variant_config(base, R.VARIANTS["uniform"], 0).to_dict()
     for name, key in (
@@ -378,11 +368,13 @@ def test_ablation_flips_one_setting_and_gain_only_for_powertrip():
     ):
         flipped = R.variant_config(base, R.VARIANTS[name], 0).to_dict()
         assert {k for k in uniform if uniform[k] != flipped[k]} == {key}, name
-    variant = R.VARIANTS["gain-separable"]
+    variant = Variant("slow-probes", "uniform, adaptive probing less", arm_params={
+        "adaptive": {"probe_cost": 0.05}
+    })  # fmt: skip
     config = R.variant_config(base, variant, 0)
-    pt = R.arm_config(config, R.Arm("powertrip", "powertrip"), variant)
+    online = R.arm_config(config, R.Arm("adaptive", "adaptive"), variant)
     static = R.arm_config(config, R.static_arm(5), variant)
-    assert pt.policy_params == {"rule": 1.0, "calibrate": 1.0, "gain": 1.0}
+    assert online.policy_params == {"probe_cost": 0.05}
     assert static.policy_params == {"k": 5.0}
 
 
@@ -395,7 +387,7 @@ def test_figure_keys_6_and_7_select_one_module():
     [
         (
             ["--figure", "4"],
-            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
+            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, "
             "heldout, tau, "
             "llm or all",
         ),

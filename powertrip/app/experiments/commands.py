@@ -16,9 +16,10 @@ import yaml
 
 from powertrip.app.experiments.launcher import Deployment
 from powertrip.app.experiments.runner import UNBOUNDED_ROUNDS, RunOutcome, policy_names, run_once
-from powertrip.core import policyparams, runfiles
+from powertrip.core import runfiles
 from powertrip.core.clocks import clock_kind
 from powertrip.core.config import ConfigError, RunConfig, experiment_differences
+from powertrip.core.policies.base import param_number
 
 #: The paper's comparison (§5.3, Fig. 9), PowerTrip first so its time sets the budget.
 DEFAULT_COMPARISON = (
@@ -61,7 +62,7 @@ def _check_policies(deployment: Deployment, wanted: list[str]) -> None:
 @dataclass(frozen=True)
 class PolicySpec:
     """One entry of `compare --policies`: a policy name, optionally with its own parameters
-    after a colon (`static:k=3`, `powertrip:rule=feedback:calibrate=1`), so one comparison
+    after a colon (`static:k=3`, `adaptive:probe_cost=0.2:fit_rounds=16`), so one comparison
     can hold a policy twice with different parameters. The text is the row's label."""
 
     text: str
@@ -86,7 +87,7 @@ def parse_policy_spec(text: str) -> PolicySpec:
                 f"e.g. static:k=3"
             )
         try:
-            params[key.strip()] = policyparams.encode(key.strip(), value)
+            params[key.strip()] = param_number(key.strip(), value)
         except ValueError as exc:
             raise UnknownPolicy(f"--policies: {text!r}: {exc}") from None
     return PolicySpec(text, name.strip(), params)

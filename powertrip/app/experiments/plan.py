@@ -161,7 +161,7 @@ def variant_config(
 
 def arm_config(config: RunConfig, arm: Arm, variant: Variant | None = None) -> RunConfig:
     """The group's config for one arm: its policy, its parameters and the set-up's extra
-    parameters for that policy (the ablation's gain=separable for PowerTrip)."""
+    parameters for that policy (e.g. a set-up that runs `adaptive` with other parameters)."""
     params = dict(arm.params)
     if variant is not None:
         params.update(variant.arm_params.get(arm.policy, {}))

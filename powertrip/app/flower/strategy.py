@@ -40,8 +40,7 @@ from flwr.serverapp.strategy import FedAvg
 from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile
 from powertrip.core.policies import CENTRALIZED, Context, Decision, PastRound, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
-from powertrip.core.policies.base import ESTIMATORS
-from powertrip.core.policyparams import encode
+from powertrip.core.policies.base import ESTIMATORS, param_number
 from powertrip.core.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
@@ -125,7 +124,7 @@ class PowerTripStrategy(FedAvg):
         super().__init__(**fedavg_options)
         self.policy = _get_policy(policy)  # an unknown name fails here, listing the valid ones
         self.policy_name = policy
-        self.params = {k: encode(k, v) for k, v in (policy_params or {}).items()}
+        self.params = {k: param_number(k, v) for k, v in (policy_params or {}).items()}
         if not (math.isfinite(tau_s) and tau_s > 0):
             raise ValueError(f"tau_s must be > 0, got {tau_s}")
         if comm_directions not in (1, 2):

@@ -30,7 +30,6 @@ from powertrip.app.paper import (
     fig14,
     heldout,
     llm,
-    plateau_target,
     tau_sweep,
 )
 
@@ -45,7 +44,6 @@ MODULES: tuple[ModuleType, ...] = (
     fig10,
     fig11,
     fig11_regime,
-    plateau_target,
     fig12,
     fig13,
     fig14,
@@ -57,7 +55,7 @@ MODULES: tuple[ModuleType, ...] = (
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Figs. 2,
 #: 3 and 5 need none (2 and 3 are computed from the power trace, 5 from the base config's
-#: site population), nor does 8-9-plateau (it reads the GPU runs in results/plateau-policies)
+#: site population)
 FIGURES: dict[str, ModuleType] = {
     "2": fig02,
     "3": fig03,
@@ -69,7 +67,6 @@ FIGURES: dict[str, ModuleType] = {
     "10": fig10,
     "11": fig11,
     "11-regime": fig11_regime,
-    "8-9-plateau": plateau_target,
     "12": fig12,
     "13": fig13,
     "14": fig14,

@@ -23,25 +23,6 @@ from powertrip.app.report.html import Table
 STATIC = f"static-k@{UNIFORM.name}*"
 
 ABLATIONS = (
-    # the rules of the paper's text that an earlier version replaced: rule=feedback is
-    # that version (phi-shaped gain, T-hat scaled to the last round, a window up to doubling
-    # k, hold / revert / retry), exactly as its runs were made
-    Variant(
-        "rule-feedback",
-        "uniform, PowerTrip's previous rule (rule=feedback: invented gain phase, doubling "
-        "window, calibration, hold/revert/retry)",
-        arm_params={"powertrip": {"rule": 1.0, "calibrate": 1.0}},
-    ),
-    Variant(
-        "gain-separable",
-        "uniform, the rule before that (rule=feedback, gain=separable)",
-        arm_params={"powertrip": {"rule": 1.0, "calibrate": 1.0, "gain": 1.0}},
-    ),
-    Variant(
-        "calibrate",
-        "uniform, the paper's rule with T-hat scaled to the last measured round (calibrate=1)",
-        arm_params={"powertrip": {"calibrate": 1.0}},
-    ),
     Variant("two-directions", "uniform, the update charged both ways", {"comm_directions": 2}),
     Variant("data-parallel", "uniform, data-parallel work model", {"work_model": "data-parallel"}),
     Variant(
@@ -81,8 +62,8 @@ ABLATIONS = (
 SUITE = Suite(
     "ablation",
     "one choice flipped at a time",
-    "Not a figure of the paper: our set-up makes choices the paper leaves open (the gain "
-    "rule, transfers per round, the work model, the distance distribution, the link model, "
+    "Not a figure of the paper: our set-up makes choices the paper leaves open (transfers "
+    "per round, the work model, the distance distribution, the link model, "
     "the round-time estimator). Each variant "
     "flips one of them relative to the Fig. 9 set-up and asks again whether PowerTrip beats "
     "static k* (k* from the uniform sweep).",

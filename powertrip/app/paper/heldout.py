@@ -5,48 +5,50 @@ The paper's static k* comes from an offline sweep; PowerTrip needs none. Judging
 against the k* of the very seeds it runs on hands the static baseline an oracle. Here k* is
 chosen on the training seeds `TRAIN_SEEDS` (each set-up's full sweep: uniform for Figs. 8-9,
 trace for Fig. 12; 1 GB and 2 GB updates take uniform's, the k an operator tuned once at
-1.5 GB, as Fig. 13 does) and the online policies (`powertrip`, `adaptive`) and static k* are run on
-`HELDOUT_SEEDS`, never used to choose anything. Each held-out seed's own best k (the oracle,
-over a small grid around k*) is reported too.
+1.5 GB, as Fig. 13 does) and the online policies (`powertrip`, `adaptive`) and static k* are
+run on two more groups of seeds:
 
+* `DEV_SEEDS` (5-9), the development seeds: the changes that made `adaptive` what it is were
+  found and ranked on them, so they are not held out any more;
+* `HELDOUT_SEEDS` (10-14), never used to choose anything: the numbers the README quotes.
+
+Each seed's own best k (the oracle, over a small grid around k*) is reported too.
 Comparisons are paired per seed: the relative difference (t_policy - t_static) / t_static of
-each held-out seed, its mean and a bootstrap 95 % CI over seeds (10,000 resamples, fixed
-seed). No run is cut off near k* (`--budget-factor 0`): a cut-off time is a lower bound,
-and is marked '>' wherever it enters.
+each seed, its mean and a bootstrap 95 % CI over seeds (10,000 resamples, fixed seed). No
+run is cut off near k* (`--budget-factor 0`): a cut-off time is a lower bound, and is marked
+'>' wherever it enters.
 
-    powertrip reproduce --figure heldout --only uniform --set seed=5 --seeds 5 \\
+    powertrip reproduce --figure heldout --only uniform --set seed=10 --seeds 5 \\
         --k 1,2,3,5,7 --no-refine --budget-factor 0 --out results/reproduce
 
-(`--only trace` and a grid around trace's k* for the trace set-up; `--only size-1gb --k
-2,3,5` and `--only size-2gb --k 2,3,5` for 1 GB and 2 GB updates; `--only ideal-45 --k
-3,5,10` for the ideal set-up, whose training seeds have a sweep of their own, made with
-`--arms static --set seed=0`: `KSTAR_GRID`.) `load` keys the data '<set-up>/train' and
-'<set-up>/heldout'; a set-up without held-out runs is left out of the claims (not run yet).
+(`--only trace --k 2,3,4,5,6,10` for the trace set-up; `--only size-1gb --k 2,3,5` and
+`--only size-2gb --k 2,3,5` for 1 GB and 2 GB updates; `--only ideal-45 --k 3,5,10` for the
+ideal set-up, whose training seeds have a sweep of their own, made with `--arms static
+--set seed=0`: `KSTAR_GRID`.) `load` keys the data '<set-up>/train', '<set-up>/dev' and
+'<set-up>/heldout'; a group without runs is left out of the claims (not run yet).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from powertrip.app.experiments.suite import Suite, Variant, run_path, static_arm
+from powertrip.app.experiments.suite import Suite, Variant, static_arm
 from powertrip.app.paper.data import (
     UNIFORM,
     VariantData,
     fill_runs,
-    load_done,
     load_variant,
     sample_of,
 )
 from powertrip.app.paper.fig06_07 import IDEAL_45
 from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.paper.fig13 import SIZE_1GB, SIZE_2GB
-from powertrip.app.paper.gain_noise import resolution_claim
+from powertrip.app.paper.gain_noise import resolution_rows, static_runs
 from powertrip.app.paper.paired import paired_bootstrap, relative, verdict
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
@@ -54,7 +56,11 @@ from powertrip.app.report.html import Table
 
 #: the seeds whose full sweep chooses k* (Figs. 8-9) and the seeds held out from it
 TRAIN_SEEDS = (0, 1, 2, 3, 4)
-HELDOUT_SEEDS = (5, 6, 7, 8, 9)
+DEV_SEEDS = (5, 6, 7, 8, 9)
+HELDOUT_SEEDS = (10, 11, 12, 13, 14)
+#: the groups of seeds the online policies are judged on, in the order claims list them
+GROUPS: dict[str, tuple[int, ...]] = {"dev": DEV_SEEDS, "heldout": HELDOUT_SEEDS}
+GROUP_LABEL = {"dev": "development seeds", "heldout": "held-out seeds"}
 ONLINE = ("powertrip", "adaptive")
 #: the set-ups held out, each with its own k* (uniform: Figs. 8-9; trace: Fig. 12; ideal:
 #: Figs. 6-7's set-up, to the target) or another's (1 GB and 2 GB: Fig. 13's k tuned at
@@ -68,131 +74,72 @@ KSTAR_FROM: Mapping[str, Variant] = {SIZE_1GB.name: UNIFORM, SIZE_2GB.name: UNIF
 KSTAR_GRID: Mapping[str, tuple[int, ...]] = {IDEAL_45.name: (3, 5, 10)}
 
 
-@dataclass(frozen=True)
-class Option:
-    """Beyond the paper, off by default: an option of an online policy judged as an arm of
-    its own. Its runs differ in the policy's parameters, so they are a set-up of their
-    own, '<set-up>-<suffix>', run on seeds 0-4 (judged there first) and on the held-out
-    seeds 5-9."""
-
-    arm: str  # the arm's name in claims and tables
-    suffix: str  # the set-up's name after '<set-up>-'
-    policy: str
-    params: Mapping[str, float]
-    setups: tuple[Variant, ...]  # the set-ups it is run on
-
-
-#: the short name of each of adaptive's options in its set-ups' names
-SHORT = dict(shrink_in_fit="infit", block_se="blockse", level_se="levelse", down_probe="downprobe")
-
-
-def adaptive_option(params: Mapping[str, float], setups: tuple[Variant, ...]) -> Option:
-    """adaptive with `params`: arm 'adaptive+<p>+...', set-up suffix 'adaptive-<short>-...'."""
-    suffix = "-".join(("adaptive", *(SHORT[p] for p in params)))
-    return Option("+".join(("adaptive", *params)), suffix, "adaptive", dict(params), setups)
-
-
-#: adaptive's options (its docstring): shrink_in_fit=1 (uniform, trace, ideal), block_se=1
-#: (judged on uniform's and trace's training seeds, then run on every held-out set-up),
-#: level_se=1 (uniform, trace), down_probe=1 with block_se=1 (every held-out set-up but the
-#: ideal one, added after it was found not to help; without the plateau arm's floors: its
-#: uniform seed 8 held one site long enough for the ceiling floor to bind, test_ceiling.py),
-#: and block_se=1 with shrink_in_fit=1 (every set-up: the one pair not yet run on all five)
-OPTIONS: tuple[Option, ...] = (
-    adaptive_option({"shrink_in_fit": 1.0}, (UNIFORM, TRACE, IDEAL_45)),
-    adaptive_option({"block_se": 1.0}, SETUPS),
-    adaptive_option({"level_se": 1.0}, (UNIFORM, TRACE)),
-    adaptive_option({"block_se": 1.0, "down_probe": 1.0}, (UNIFORM, TRACE, SIZE_1GB, SIZE_2GB)),
-    adaptive_option({"block_se": 1.0, "shrink_in_fit": 1.0}, SETUPS),
-)
-
-
-def option_variant(setup: Variant, option: Option) -> Variant:
-    params = ", ".join(f"{k}={v:g}" for k, v in option.params.items())
-    return Variant(
-        f"{setup.name}-{option.suffix}",
-        f"{setup.label}; {option.policy} with {params}",
-        dict(setup.overrides),
-        arm_params={option.policy: dict(option.params)},
-    )
-
-
-#: (set-up of the option's runs, option) for every option and set-up it runs on
-OPTION_RUNS: tuple[tuple[Variant, Option], ...] = tuple(
-    (option_variant(s, o), o) for o in OPTIONS for s in o.setups
-)
-OPTION_VARIANTS: tuple[Variant, ...] = tuple(v for v, _ in OPTION_RUNS)
-
 SUITE = Suite(
     "heldout",
     "Held-out seeds: the online policies against k* chosen on other seeds",
     "Not a figure of the paper. The paper compares PowerTrip with the static k* of an "
-    "offline sweep; here k* is chosen on seeds 0-4 and every comparison is made on seeds "
-    "5-9, with each held-out seed's own best k (the oracle) beside it.",
-    tuple(v.name for v in (*SETUPS, *OPTION_VARIANTS)),
+    "offline sweep; here k* is chosen on seeds 0-4 and every comparison is made on other "
+    "seeds: 5-9 (development) and 10-14 (held out), with each seed's own best k (the "
+    "oracle) beside it.",
+    tuple(v.name for v in SETUPS),
     ("powertrip", "adaptive", "sweep"),
-    variant_arms={v.name: (o.policy,) for v, o in OPTION_RUNS},
 )
-VARIANTS = (IDEAL_45, *OPTION_VARIANTS)
+VARIANTS = (IDEAL_45,)
 TABLE_TITLE = "Times per held-out seed"
 
 
 def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
     """Per set-up S: 'S/train', S's sweep on TRAIN_SEEDS (its k* is the baseline's k), and
-    'S/heldout', the online policies and the static k that finished on the held-out seeds.
-    A set-up with no held-out run at all is left out."""
+    'S/dev' and 'S/heldout', the online policies and the static k that finished on each
+    group of seeds. A group with no run at all is left out."""
     grid = [int(k) for k in meta.get("sweep_k") or []]
     data: dict[str, VariantData] = {}
     for setup in SETUPS:
-        train, heldout = load_setup(out, setup, grid)
-        if any(heldout.runs.values()):
-            data[f"{setup.name}/train"], data[f"{setup.name}/heldout"] = train, heldout
+        train, groups = load_setup(out, setup, grid)
+        for group, v in groups.items():
+            if any(v.runs.values()):
+                data[f"{setup.name}/train"], data[f"{setup.name}/{group}"] = train, v
     return data
 
 
-def load_setup(out: Path, setup: Variant, grid: Sequence[int]) -> tuple[VariantData, VariantData]:
-    """(train, heldout) of one set-up: k* from the training seeds' sweep (its own, or the
-    one `KSTAR_FROM` names), the held-out runs."""
+def load_setup(
+    out: Path, setup: Variant, grid: Sequence[int]
+) -> tuple[VariantData, dict[str, VariantData]]:
+    """(train, {group: its runs}) of one set-up: k* from the training seeds' sweep (its own,
+    or the one `KSTAR_FROM` names), and each group's runs."""
     source = KSTAR_FROM.get(setup.name, setup)
     grid = KSTAR_GRID.get(setup.name, grid)
     train = load_variant(
         out, source.name, source.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
     )
+    return train, {g: _load_group(out, setup, seeds, train) for g, seeds in GROUPS.items()}
+
+
+def _load_group(out: Path, setup: Variant, seeds: Sequence[int], train: VariantData) -> VariantData:
     ks = sorted(
         {
             int(p.name.removeprefix("static-k"))
-            for seed in HELDOUT_SEEDS
+            for seed in seeds
             for p in (out / "runs" / setup.name / f"seed{seed}").glob("static-k*")
             if p.name.removeprefix("static-k").isdigit()
         }
     )
     arms = [*ONLINE, *(static_arm(k).name for k in ks)]
-    heldout = VariantData(setup.name, setup.label, arms, all_seeds=list(HELDOUT_SEEDS))
-    fill_runs(heldout, out, arms, HELDOUT_SEEDS)
-    heldout.sweep = [k for k in ks if len(heldout.runs.get(static_arm(k).name, {})) > 0]
-    heldout.seeds = [
-        s for s in HELDOUT_SEEDS if train.kstar is not None and _time(heldout, s, train.kstar)
-    ]
-    heldout.kstar = train.kstar
-    for option in (o for o in OPTIONS if setup in o.setups):
-        name = option_variant(setup, option).name
-        for seed in (*TRAIN_SEEDS, *HELDOUT_SEEDS):
-            run = load_done(run_path(out, name, seed, option.policy))
-            if run is not None:
-                into = heldout if seed in HELDOUT_SEEDS else train
-                into.runs.setdefault(option.arm, {})[seed] = run
-    return train, heldout
+    v = VariantData(setup.name, setup.label, arms, all_seeds=list(seeds))
+    fill_runs(v, out, arms, seeds)
+    v.sweep = [k for k in ks if len(v.runs.get(static_arm(k).name, {})) > 0]
+    v.seeds = [s for s in seeds if train.kstar is not None and _time(v, s, train.kstar)]
+    v.kstar = train.kstar
+    return v
 
 
-def _option_arms(v: VariantData) -> list[str]:
-    """The options with runs in v, in OPTIONS order."""
-    return [o.arm for o in OPTIONS if o.arm in v.runs]
-
-
-def _pairs(d: Mapping[str, VariantData]) -> list[tuple[VariantData, VariantData]]:
-    """(train, heldout) per loaded set-up, in SETUPS order."""
+def _groups(d: Mapping[str, VariantData]) -> list[tuple[VariantData, str, VariantData]]:
+    """(train, group, its runs) per loaded set-up and group, in SETUPS and GROUPS order."""
     return [
-        (d[f"{s.name}/train"], d[f"{s.name}/heldout"]) for s in SETUPS if f"{s.name}/train" in d
+        (d[f"{s.name}/train"], g, d[f"{s.name}/{g}"])
+        for s in SETUPS
+        for g in GROUPS
+        if f"{s.name}/{g}" in d
     ]
 
 
@@ -242,19 +189,19 @@ def _fmt(mean: float, low: float, high: float, marks: str) -> str:
 
 def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.ClaimRow]:
     rows = []
-    for train, v in _pairs(d):
+    for train, group, v in _groups(d):
         k = train.kstar
-        for arm in (*ONLINE, *_option_arms(v)):
+        for arm in ONLINE:
             for against, label in (
                 ("kstar", f"static k* = {k} (chosen on seeds 0-4)"),
-                ("oracle", "each held-out seed's own best static k"),
+                ("oracle", "each seed's own best static k"),
             ):
                 diffs, marks, seeds = comparison(v, arm, against)
                 mean, low, high = paired_bootstrap(diffs)
                 rows.append(
                     C.ClaimRow(
                         "heldout",
-                        f"{v.name}: {arm} against {label}, held-out seeds",
+                        f"{v.name}: {arm} against {label}, {GROUP_LABEL[group]}",
                         "PowerTrip beats static k* (paper §5.3)"
                         if arm == "powertrip" and against == "kstar"
                         else "goal: within 5 % or faster",
@@ -262,65 +209,47 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
                         + (" (time to target vs the static run)" if diffs else ""),
                         verdict(mean, low, high, marks),
                         len(seeds),
-                        why=f"held-out seeds {seeds}; k* from train seeds {train.seeds}"
+                        why=f"seeds {seeds}; k* from train seeds {train.seeds}"
                         + (f" of {train.name}" if train.name != v.name else "")
                         + ("; '>' a run cut off before the target: a lower bound" if marks else ""),
                     )
                 )
-        if v.name == IDEAL_45.name and train.kstar is not None:
-            rows.append(_resolution(train, v, train.kstar))
+    ideal = [(t, v) for t, _, v in _groups(d) if v.name == IDEAL_45.name]
+    if ideal and ideal[0][0].kstar is not None:
+        rows.extend(_resolution([ideal[0][0], *(v for _, v in ideal)], ideal[0][0].kstar))
     return rows
 
 
-def _resolution(train: VariantData, v: VariantData, k: int) -> C.ClaimRow:
-    """Whether a run's gains can place k where a site costs no time: k* against the next
-    k of the grid, over every seed's static runs and every adaptive run's fits."""
-    above = min((x for x in (*train.sweep, *v.sweep) if x > k), default=k)
-    both = (train, v)
-    static = {
-        x: [r for d in both for r in d.runs.get(static_arm(x).name, {}).values()]
-        for x in (k, above)
-    }
-    online = [
-        r for d in both for a in ("adaptive", *_option_arms(d)) for r in d.runs.get(a, {}).values()
-    ]
-    return resolution_claim(static, online, k, above)
+def _resolution(data: Sequence[VariantData], k: int) -> list[C.ClaimRow]:
+    """Whether a run's progress can place k where a site costs no time: k* against the next
+    k of the grid, paired by seed over every seed's static runs (gain_noise.py)."""
+    above = min((x for d in data for x in d.sweep if x > k), default=k)
+    arms = {x: static_arm(x).name for x in (k, above)}
+    return resolution_rows(static_runs([d.runs for d in data], arms), k, above)
 
 
 def table(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[Table]:
     tables = []
-    for train, v in _pairs(d):
-        arms = (*ONLINE, *_option_arms(v))
-        tables.append(_times_table(v, arms, v.all_seeds, "held-out seed", with_oracle=True))
+    for train, group, v in _groups(d):
+        tables.append(_times_table(v, ONLINE, v.all_seeds, GROUP_LABEL[group][:-1]))
         tables[-1].caption = (
-            f"{v.label}: k* = {train.kstar} chosen on seeds {train.seeds} over the grid "
-            f"{train.sweep}"
+            f"{v.label}, {GROUP_LABEL[group]}: k* = {train.kstar} chosen on seeds "
+            f"{train.seeds} over the grid {train.sweep}"
             + (f" of {train.name}" if train.name != v.name else "")
-            + f"; held-out grid {v.sweep}; '>' a run cut off before the target"
+            + f"; this group's grid {v.sweep}; '>' a run cut off before the target"
         )
-        options = _option_arms(train)
-        if options:  # the options judged on the seeds k* was chosen on
-            train_arms = [a for a in ONLINE if a in train.runs] + options
-            tables.append(_times_table(train, train_arms, train.seeds, "training seed"))
-            tables[-1].caption = (
-                f"{v.label}, training seeds: {', '.join(options)} beside adaptive and the "
-                "static k* these seeds chose (for static, an oracle here)"
-            )
     return tables
 
 
-def _times_table(
-    v: VariantData, arms: Sequence[str], seeds: Sequence[int], label: str, with_oracle=False
-) -> Table:
+def _times_table(v: VariantData, arms: Sequence[str], seeds: Sequence[int], label: str) -> Table:
     rows = []
     for seed in seeds:
         cells = [str(seed)]
         for arm in (*arms, v.kstar):
             s = _time(v, seed, arm) if arm is not None else None
             cells.append(C.fmt_time([s]) if s is not None else "-")
-        if with_oracle:
-            found = oracle(v, seed)
-            cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
+        found = oracle(v, seed)
+        cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
         for arm in arms:
             run = v.runs.get(arm, {}).get(seed)
             cells.append(f"{run.summary.get('mean_k', math.nan):.1f}" if run else "-")
@@ -329,7 +258,7 @@ def _times_table(
         label,
         *(f"{a} (h)" for a in arms),
         f"static k* = {v.kstar} (h)",
-        *(["oracle k: time (h)"] if with_oracle else []),
+        "oracle k: time (h)",
         *(f"{a} mean k" for a in arms),
     ]
     return Table(headers, rows)
@@ -340,13 +269,15 @@ def _hours(sample: C.Sample | None) -> float:
 
 
 def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:
-    pairs = _pairs(d)
-    if not pairs:
+    setups = [s for s in SETUPS if any(f"{s.name}/{g}" in d for g in GROUPS)]
+    if not setups:
         return []
-    fig = new_figure(7.5, 3.6 * len(pairs))
+    fig = new_figure(7.5, 3.6 * len(setups))
     styles = {"powertrip": ("tab:red", "o"), "adaptive": ("tab:green", "s")}
-    for row, (_, v) in enumerate(pairs, start=1):
-        ax = fig.add_subplot(len(pairs), 1, row)
+    for row, setup in enumerate(setups, start=1):
+        ax = fig.add_subplot(len(setups), 1, row)
+        groups = [d[f"{setup.name}/{g}"] for g in GROUPS if f"{setup.name}/{g}" in d]
+        v = _merged(groups)
         seeds = list(v.all_seeds)
         for arm, (color, marker) in styles.items():
             ys = [_hours(_time(v, s, arm)) for s in seeds]
@@ -359,8 +290,22 @@ def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> l
             )
         ys = [_hours(found[1]) if (found := oracle(v, s)) else np.nan for s in seeds]
         ax.plot(seeds, ys, marker="x", color="black", linestyle="", label="oracle (own best k)")
-        ax.set(xlabel="held-out seed", xticks=seeds)
+        if len(groups) > 1:  # development seeds left of the line, held-out right
+            ax.axvline(max(groups[0].all_seeds) + 0.5, color="grey", linewidth=0.8)
+        ax.set(xlabel="seed (5-9 development, 10-14 held out)", xticks=seeds)
         ax.set_ylabel("time to target (sim. h)")
-        ax.set_title(f"Held-out seeds, {v.label}")
+        ax.set_title(v.label)
         ax.legend(fontsize=8)
     return [save_figure(fig, out / "heldout_times.png")]
+
+
+def _merged(groups: Sequence[VariantData]) -> VariantData:
+    """One set-up's groups as one VariantData (their seeds side by side), for the plot."""
+    first = groups[0]
+    v = VariantData(first.name, first.label, list(first.arms), kstar=first.kstar)
+    for g in groups:
+        v.all_seeds = [*v.all_seeds, *g.all_seeds]
+        v.sweep = sorted({*v.sweep, *g.sweep})
+        for arm, runs in g.runs.items():
+            v.runs.setdefault(arm, {}).update(runs)
+    return v

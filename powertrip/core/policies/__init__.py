@@ -55,17 +55,13 @@ ALIASES = frozenset({"centralized-25", "centralized-50"})
 
 def catalogue() -> list[dict]:
     """Every policy as data (what `powertrip policies --format json` prints): its name,
-    summary, details and default parameters (a choice by its name, e.g. gain: separable)."""
-    from powertrip.core.policyparams import CHOICES, decode
-
+    summary, details and default parameters."""
     return [
         {
             "name": name,
             "summary": cls.summary,
             "details": cls.details,
-            "params": {
-                k: decode(k, v) if k in CHOICES else v for k, v in cls.default_params.items()
-            },
+            "params": dict(cls.default_params),
         }
         for name, cls in REGISTRY.items()
     ]

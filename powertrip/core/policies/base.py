@@ -18,7 +18,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from powertrip.core.policyparams import CHOICES
 from powertrip.core.timemodel import prefix_round_time_estimates, site_comm_s
 
 FEDERATED = "federated"
@@ -211,13 +210,15 @@ def _whole(minimum: int) -> Callable[[float], bool]:
     return lambda v: v >= minimum and float(v).is_integer()
 
 
-def _choice_rule(names: Sequence[str]) -> tuple[Callable[[float], bool], str]:
-    """The rule for a named-choice parameter: its wire number is an index into `names`."""
-    count = len(names)
-    return (
-        lambda v: v in range(count),
-        " or ".join(f"{choice} ({i})" for i, choice in enumerate(names)),
-    )
+def param_number(name: str, value: str | float | int) -> float:
+    """A policy parameter's value as the number it crosses the wire as (SelectSitesRequest's
+    `map<string, double>`); text that is not a number is refused, named."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: {value!r} is not a number")
+    try:
+        return float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {value!r} is not a number") from None
 
 
 #: Range rules for every parameter any policy takes, so the same name means the same thing
@@ -231,7 +232,6 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "m_ref_gb": (lambda v: v > 0, "> 0"),
     "radius_miles": (lambda v: v >= 0, ">= 0"),
     "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "calibrate": (lambda v: v in (0, 1), "0 or 1"),
     "below_share": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "penalty": (lambda v: v >= 0, ">= 0"),
     "epsilon": (lambda v: 0 <= v <= 1, "in [0, 1]"),
@@ -249,12 +249,8 @@ PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "probe_margin": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "probe_rounds": (_whole(1), "a whole number >= 1"),
     "probe_backoff": (_whole(0), "a whole number >= 0"),
-    "min_probe": (lambda v: v in (0, 1), "0 or 1"),
-    "level_se": (lambda v: v in (0, 1), "0 or 1"),
-    "ceiling_rounds": (lambda v: v == 0 or _whole(5)(v), "0 (off) or a whole number >= 5"),
-    "down_probe": (lambda v: v in (0, 1), "0 or 1"),
-    # named choices (powertrip.core.policyparams): their index on the wire
-    **{name: _choice_rule(names) for name, names in CHOICES.items()},
+    "stall_rounds": (_whole(0), "0 (no floor) or a whole number >= 1"),
+    "ceiling_rounds": (lambda v: v == 0 or _whole(5)(v), "0 (no floor) or a whole number >= 5"),
 }
 
 

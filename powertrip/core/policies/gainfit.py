@@ -58,17 +58,10 @@ class GainFit:
 
 
 def fit_gain(
-    history: Sequence[PastRound],
-    k_ref: int,
-    fit_rounds: int,
-    half_life: float,
-    block_se: bool = False,
-    level_se: bool = False,
+    history: Sequence[PastRound], k_ref: int, fit_rounds: int, half_life: float
 ) -> GainFit:
-    """The weighted least-squares gain fit of adaptive's docstring (step 2); with
-    `block_se`, the slope's standard error is at least `block_slope_se` of the window;
-    with `level_se`, the relative slope's standard error counts the level's uncertainty
-    too (`_relative_fit`)."""
+    """The weighted least-squares gain fit of adaptive's docstring (step 2); the slope's
+    standard error is at least `block_slope_se` of the window."""
     if len(history) < 2:
         return GainFit()
     accuracies = np.array([h.accuracy for h in history], dtype=np.float64)
@@ -102,7 +95,7 @@ def fit_gain(
     if abs(named["level"]) <= REL_TOL * float(np.max(np.abs(gains))):
         # rounding error of an exact zero (flat gains the state term explains), whose sign
         # depends on the machine's BLAS kernels: adaptive holds on a level <= 0, so a GPU
-        # host's run held where a replay here probed (results/plateau-policies/)
+        # host's run held where a replay here probed (a plateau run of lab-2026-12)
         named["level"] = 0.0
     dof = n - x.shape[1]
     resid = y - a @ coef
@@ -114,11 +107,10 @@ def fit_gain(
         at = list(columns).index("slope")
         se = math.sqrt(max(sigma2 * float(cov[at, at]), 0.0))
         if named["level"] > 0:
-            refined = _relative_fit(columns, named, gains, w, dof, level_se)
+            refined = _relative_fit(columns, named, gains, w, dof)
             if refined is not None:
                 named["slope"], se, sigma2 = refined
-        if block_se:
-            se = max(se, block_slope_se(ks, k_ref, math.sqrt(sigma2)))
+        se = max(se, block_slope_se(ks, k_ref, math.sqrt(sigma2)))
         # exact (noise-free) histories: keep rounding error from counting as evidence
         se = max(se, REL_TOL * max(abs(named["level"]), 1e-12))
     return GainFit(
@@ -153,17 +145,13 @@ def _relative_fit(
     gains: np.ndarray,
     w: np.ndarray,
     dof: int,
-    level_se: bool = False,
 ) -> tuple[float, float, float] | None:
     """The slope as a share of the gain: dA_j = (L + c y_j)(1 + r x_j), x = ln(k_j/k_ref),
     y = the state, by Gauss-Newton from the linear fit (r = s / L). The linear model's
     slope s is in gain units, and gains shrink as the run goes on: averaged over the window
     it overstates what more sites buy now. Returns (slope L r, its se, sigma^2) at the
-    next round (y = 0), or None when it does not converge.
-
-    The se of s = L r is L x se(r) by default, as if L were known. With `level_se` it is
-    the delta method's, sqrt(g' Cov g) with g = (r, 0, L): L's own error counts, so a level
-    near 0 (a gain lost in the noise) no longer makes a slope of the same size look sure."""
+    next round (y = 0), or None when it does not converge. The se of s = L r is L x se(r),
+    as if L were known."""
     x = columns["slope"]
     y = columns.get("state", np.zeros_like(x))
     theta = np.array([named["level"], named.get("state", 0.0), named["slope"] / named["level"]])
@@ -197,10 +185,6 @@ def _relative_fit(
     except np.linalg.LinAlgError:
         return None
     named["level"], named["state"] = float(level), float(state)
-    if level_se:
-        grad = np.zeros(len(cov))
-        grad[0], grad[-1] = rel, level  # d(L r)/dL, d(L r)/dr
-        return float(level * rel), math.sqrt(max(float(grad @ cov @ grad), 0.0)), sigma2
     se_rel = math.sqrt(max(float(cov[-1, -1]), 0.0))
     return float(level * rel), float(level * se_rel), sigma2
 
@@ -228,16 +212,9 @@ def last_growth(ks: Sequence[int]) -> tuple[int, int, int] | None:
     return change if change is not None and change[1] < change[2] else None
 
 
-def last_shrink(ks: Sequence[int]) -> tuple[int, int, int] | None:
-    """(c, a, b) when k shrank a -> b for round index c and has stayed b since; else None."""
-    change = _last_change(ks)
-    return change if change is not None and change[1] > change[2] else None
-
-
-def failed_trials(ks: Sequence[int], hold: int, downward: bool = False) -> list[tuple[int, int]]:
+def failed_trials(ks: Sequence[int], hold: int) -> list[tuple[int, int]]:
     """(size b, index of the round back at a) for every growth a -> b undone after at most
-    `hold` rounds at b (k went a -> b ... b -> a), in the order they happened; with
-    `downward`, every shrink a -> b undone so (`down_probe`'s failed trials)."""
+    `hold` rounds at b (k went a -> b ... b -> a), in the order they happened."""
     if len(ks) < 3:
         return []
     starts, values = _runs(ks)
@@ -245,30 +222,18 @@ def failed_trials(ks: Sequence[int], hold: int, downward: bool = False) -> list[
     failed = []
     for r in range(1, len(starts) - 1):
         a, b, after = values[r - 1], values[r], values[r + 1]
-        moved = a > b if downward else a < b
-        if moved and after == a and ends[r] - starts[r] <= max(1, hold):
+        if a < b and after == a and ends[r] - starts[r] <= max(1, hold):
             failed.append((int(b), int(ends[r])))
     return failed
-
-
-def _blocked_sizes(ks: Sequence[int], hold: int, backoff: float, downward: bool) -> list[int]:
-    """The failed sizes (`failed_trials`) still in their cool-down of backoff x 2^m rounds
-    (m-th failure of that direction) after the round back at a."""
-    decided = len(ks)  # index of the round being decided
-    return [
-        size
-        for m, (size, back_at) in enumerate(failed_trials(ks, hold, downward))
-        if decided - back_at < backoff * 2.0**m
-    ]
 
 
 def growth_cap(ks: Sequence[int], hold: int, backoff: float, n: int) -> int:
     """The largest k a growth may reach now (step 7): below every failed size still in its
     cool-down of backoff x 2^m rounds (m-th failure) after the round back at a."""
-    return max(min([n, *(size - 1 for size in _blocked_sizes(ks, hold, backoff, False))]), 1)
-
-
-def shrink_floor(ks: Sequence[int], hold: int, backoff: float) -> int:
-    """The smallest k a downward probe may reach now (`down_probe`, step 7 mirrored): above
-    every failed size still in its cool-down of backoff x 2^m rounds (m-th failed shrink)."""
-    return max([1, *(size + 1 for size in _blocked_sizes(ks, hold, backoff, True))])
+    decided = len(ks)  # index of the round being decided
+    blocked = [
+        size
+        for m, (size, back_at) in enumerate(failed_trials(ks, hold))
+        if decided - back_at < backoff * 2.0**m
+    ]
+    return max(min([n, *(size - 1 for size in blocked)]), 1)

@@ -37,15 +37,9 @@ open, the plainest reading is taken, labelled READING, and made a parameter.
 With no recent gain (g <= 0) nothing can be projected to pay: k stays at the window's bottom.
 Ties do not add a site (the comparison is strict).
 
-Options that are not the paper's, off by default, each a row of the ablation:
-`calibrate=1` scales T-hat(k) by T_last / T-hat(k_cur) (estimates in measured units);
-`rule=feedback` is the rule this project used before (`powertrip_feedback.py`: projected gain
-g (1 + phi ln(k/k_cur)), a doubling window, hold / revert / retry; its `gain=separable`
-variant is the rule before that); `stall_rounds=R` puts a floor under k once the accuracy has
-not beaten its best for R rounds: `window` sites above the largest k of those rounds
-(`feedback.stall_floor`). Why the last: the log term projects the same gain for a set that
-has levelled off on its data as for one still learning, so at the plateau target the rule
-stayed at 7 sites for 800 rounds, 2 points short (results/plateau-policies/README.md).
+Nothing else: options that went beyond the paper lost to this rule as written and were
+deleted (their runs: the `lab-2026-12` tag). What goes beyond the paper lives in its own
+policy (`adaptive`).
 """
 
 from __future__ import annotations
@@ -54,7 +48,6 @@ import math
 
 import numpy as np
 
-from powertrip.core.policies import powertrip_feedback
 from powertrip.core.policies.base import (
     Context,
     Decision,
@@ -63,14 +56,8 @@ from powertrip.core.policies.base import (
     rounded,
     small_k0,
 )
-from powertrip.core.policies.feedback import (
-    apply_stall_floor,
-    gains_of,
-    measured_efficiency,
-    realised_below,
-)
+from powertrip.core.policies.efficiency import gains_of, measured_efficiency, realised_below
 from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
-from powertrip.core.policyparams import decode
 
 
 def auto_k0(num_alive: int) -> int:
@@ -90,7 +77,7 @@ def greedy_addition(eff_next: np.ndarray, measured: float) -> int:
     return int(fails[0]) if len(fails) else int(len(eff_next))
 
 
-class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
+class PowerTrip(Policy):
     name = "powertrip"
     summary = (
         "power-to-cost ranking, bottom-up k: add the next site while its projected "
@@ -102,22 +89,15 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         "the next-ranked site while dA(k)/T(k) beats the measured efficiency (Eq. 5), "
         "stopping at the first that does not, at most `window` sites (0: 5 % of sites) "
         "above k_cur. dA(k) = g log(1+k)/log(1+k_cur), g the mean gain of the last "
-        "`trend_rounds` rounds; T(k) the request's estimator. Options off by default: "
-        "calibrate=1 (T-hat in measured units), rule=feedback (the previous rule), "
-        "stall_rounds=R (after R rounds without a new best accuracy, k stays at least "
-        "`window` sites above the largest k of those rounds)."
+        "`trend_rounds` rounds; T(k) the request's estimator."
     )
     default_params = {
-        "k0": 0.0,  # 0: max(2, 2 % of the alive sites); rule=feedback: max(2, 5 %)
+        "k0": 0.0,  # 0: max(2, 2 % of the alive sites)
         "window": 0.0,  # 0: max(1, 5 % of the alive sites)
         "patience": 3.0,
         "trend_rounds": 3.0,
         "m_ref_gb": 1.5,
         "below_share": 1.0,  # a round counts towards patience below this share of E_meas
-        "calibrate": 0.0,  # 1: scale T-hat to the last measured round time (not the paper's)
-        "rule": 0.0,  # 0 = paper, 1 = feedback (powertrip.core.policyparams)
-        "gain": 0.0,  # rule=feedback only: 0 = feedback, 1 = separable
-        "stall_rounds": 0.0,  # R > 0: k's floor rises after R rounds without a new best
     }
     #: how the sites are ranked, for the explanation
     ranking = "power-to-cost score (Eq. 8)"
@@ -130,12 +110,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         p = self.params(ctx)
         scores, ranked = self.rank(ctx, p)
         n = len(ranked)
-        rule = decode("rule", p["rule"])
-        gain_rule = decode("gain", p["gain"]) if rule == "feedback" else "paper"
-        if p["k0"] > 0:
-            k0 = min(int(p["k0"]), n)
-        else:
-            k0 = powertrip_feedback.auto_k0(n) if rule == "feedback" else auto_k0(n)
+        k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
         window = int(p["window"]) if p["window"] > 0 else auto_window(n)
         # T-hat(k) for every k at once: cumulative mean power and running max comm
         times = ctx.round_time_estimates(ranked)
@@ -143,7 +118,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         accuracies = [h.accuracy for h in ctx.history]
         target_met = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
         explanation: dict = {
-            "rule": gain_rule,
+            "rule": "paper",
             "ranking": self.ranking,
             "alpha": round(alpha, 6),
             "beta": round(beta, 6),
@@ -162,15 +137,8 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
                 times=rounded(times[[k0 - 1]]),
                 efficiencies=[],
             )
-        elif gain_rule == "separable":
-            k = self._separable(ctx, p, accuracies, times, window, n, explanation)
-        elif gain_rule == "feedback":
-            k = self._feedback(ctx, p, accuracies, times, window, n, explanation)
         else:
             k = self._paper(ctx, p, accuracies, times, window, n, explanation)
-        if ctx.history and p["stall_rounds"] > 0:
-            ks = [int(h.k) for h in ctx.history]
-            k = apply_stall_floor(k, accuracies, ks, p["stall_rounds"], window, n, explanation)
         if target_met:
             explanation["reason"] = (
                 f"target accuracy {ctx.target_accuracy:g} reached; " + explanation["reason"]
@@ -183,7 +151,6 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             explanation=explanation,
         )
 
-    # ---- rule=paper (default) ----------------------------------------------------------
     def _paper(self, ctx, p, accuracies, times, window, n, explanation) -> int:
         k_cur = int(min(max(1, ctx.history[-1].k), n))
         w = int(p["trend_rounds"])
@@ -199,10 +166,7 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
         bottom = max(1, k_cur - window) if shrink else k_cur
         top = min(n, k_cur + window)
         candidates = np.arange(bottom, top + 1)
-        scale = 1.0
-        if p["calibrate"] and times[k_cur - 1] > 0:
-            scale = float(measured_times[-1] / times[k_cur - 1])
-        cand_times = times[candidates - 1] * scale
+        cand_times = times[candidates - 1]
         cand_gains = g * np.log1p(candidates) / math.log1p(k_cur)
         eff = cand_gains / cand_times
         if g <= 0:
@@ -237,7 +201,6 @@ class PowerTrip(powertrip_feedback.FeedbackRules, Policy):
             k_cur=k_cur,
             gain=float(f"{g:.6g}"),
             measured_efficiency=float(f"{e_meas:.6g}"),
-            time_scale=float(f"{scale:.6g}"),
             rounds_below=below,
             may_shrink=bool(shrink),
             **explain_rows(candidates, cand_gains, cand_times, eff, added),

@@ -1,27 +1,31 @@
-"""The `ceiling_rounds` option of `adaptive` (not the paper's): a set of sites that levels
-off below the target is not enough, even while it still sets new bests.
+"""`adaptive`'s two floors under k (not the paper's): a set of sites that stopped improving, or
+that levels off below the target, is not enough, however its gains compare across k.
 
-Why. A fixed set of sites trains towards an accuracy set by the data it holds. At the
-plateau target (62 %, results/plateau-policies) sets of 5-9 sites crept towards 52-61 % for
-206-306 rounds: each round gained a little, so the stall floor (no new best for R rounds)
-did not rise, and the gain fit (per-round gain against ln k over a dozen rounds) cannot see a
-ceiling a hundred rounds away. The accuracies of many rounds at one k can: fitted to a
-saturating curve, they say where this set levels off, and whether that is below the target
-the run was started for.
+Why. A fixed set of sites trains towards an accuracy set by the data it holds. A gain fit
+over a dozen rounds at one k (`gainfit.py`) cannot see that: it reads a set that has levelled
+off as one whose extra sites buy nothing, and may shrink k to one site and hold it there.
+Two replays of the history say when k is too small whatever the fit says:
 
-How (OUR CHOICE throughout). Once at least `rounds` rounds in a row ran at the current k,
-the accuracies of all of them (the whole run at this k: a window of a few dozen rounds
-cannot see a bend that takes a hundred, and on the committed runs its bound swung between
-0.35 and 10 from one window to the next) are fitted to A_t = C - D exp(-lam t) (t = 0, 1,
-... from the run's first round at this k) by least squares for each lam on a geometric
-grid; C and D are linear for a fixed lam. The curves that fit about as well as the best one
-(a likelihood-ratio bound: RSS <= RSS_min (1 + 3.84 / (n - 3)) over the n rounds fitted,
-95 % for one parameter) give the ceilings the data allow; each counts its own error too
-(C + 1.96 se(C), sigma from the best fit). The set is below the target only when the
-highest of them is. A trend that shows no bend is fitted as well by a small lam, whose
-ceiling is far above any target, so a run that is still climbing steadily is never stopped
-by this check. Pure functions of the history, replayed on every decision, so a policy that
-uses them holds no state.
+* the stall floor (`stall_rounds` R): once R rounds in a row have not beaten the best
+  accuracy, k stays at least a step above the largest k of those rounds;
+* the ceiling floor (`ceiling_rounds` W): once W or more rounds in a row ran at the current
+  k, their accuracies are fitted to a saturating curve, and if even the highest ceiling
+  they allow is below the run's target, k stays at least a step above that k.
+
+Neither binds before a run has spent R (or W) rounds without progress (or at one k), so a
+run that reaches its target climbing is left alone.
+
+The ceiling, how (OUR CHOICE throughout). The accuracies of every round of the latest run at
+one k (a window of a few dozen rounds cannot see a bend that takes a hundred) are fitted to
+A_t = C - D exp(-lam t) (t = 0, 1, ... from the run's first round at this k) by least squares
+for each lam on a geometric grid; C and D are linear for a fixed lam. The curves that fit
+about as well as the best one (a likelihood-ratio bound: RSS <= RSS_min (1 + 3.84 / (n - 3))
+over the n rounds fitted, 95 % for one parameter) give the ceilings the data allow; each
+counts its own error too (C + 1.96 se(C), sigma from the best fit). The set is below the
+target only when the highest of them is. A trend that shows no bend is fitted as well by a
+small lam, whose ceiling is far above any target, so a run that is still climbing steadily
+is never stopped by this check. Pure functions of the history, replayed on every decision,
+so the policy holds no state.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def ceiling_floor(
     step: int,
     n: int,
 ) -> tuple[int, float]:
-    """(floor on k, the latest ceiling bound checked, inf if none) for `ceiling_rounds`.
+    """(floor on k, the latest ceiling bound checked, inf if none): the ceiling floor.
 
     Replays the history: whenever the latest run of rounds at one k is at least `rounds`
     long and the highest ceiling its accuracies allow is below `target`, the floor rises
@@ -126,7 +130,7 @@ def apply_ceiling_floor(
     n: int,
     explanation: dict,
 ) -> int:
-    """k raised to the `ceiling_rounds` floor; records the floor and the latest bound in
+    """k raised to the ceiling floor; records the floor and the latest bound in
     `explanation` and says so in its reason when it binds."""
     window = max(5, math.ceil(rounds))
     floor, bound = ceiling_floor(accuracies, ks, target, window, step, n)
@@ -137,6 +141,66 @@ def apply_ceiling_floor(
         explanation["reason"] += (
             f"; raised to the floor k={floor} (ceiling_rounds {window}: a set whose accuracy "
             f"levels off below the target {target:g} is not enough)"
+        )
+        return floor
+    return k
+
+
+def rounds_without_gain(accuracies: list[float]) -> int:
+    """How many of the latest rounds did not beat the best accuracy seen before them."""
+    best = -math.inf
+    streak = 0
+    for acc in accuracies:
+        if acc > best:
+            best, streak = acc, 0
+        else:
+            streak += 1
+    return streak
+
+
+def stall_floor(
+    accuracies: list[float], ks: list[int], stall_rounds: int, step: int, n: int
+) -> tuple[int, int]:
+    """(floor on k, rounds since the last new best accuracy or floor rise): the stall floor.
+
+    Once no round has beaten the best accuracy for `stall_rounds` rounds, the floor rises to
+    `step` sites above the largest k of those rounds (at most n), and the count starts
+    again. Replayed from the whole history, so a policy that uses it stays a pure function
+    of its history."""
+    best = -math.inf
+    floor = since = largest = 0
+    for acc, k in zip(accuracies, ks, strict=True):
+        if acc > best:
+            best, since, largest = acc, 0, 0
+            continue
+        since += 1
+        largest = max(largest, k)
+        if since >= stall_rounds:
+            floor = min(n, max(floor, largest) + step)
+            since = largest = 0
+    return floor, since
+
+
+def apply_stall_floor(
+    k: int,
+    accuracies: list[float],
+    ks: list[int],
+    stall_rounds: float,
+    step: int,
+    n: int,
+    explanation: dict,
+) -> int:
+    """k raised to the stall floor; records the floor in `explanation` and says so in its
+    reason when it binds.
+    `stall_rounds` as the parameter gives it: rounded up to whole rounds, at least 1 (0.5
+    is 1 round, never 0)."""
+    rounds = max(1, math.ceil(stall_rounds))
+    floor, since = stall_floor(accuracies, ks, rounds, step, n)
+    explanation.update(stall_floor=floor, rounds_without_new_best=since)
+    if floor > k:
+        explanation["reason"] += (
+            f"; raised to the floor k={floor} (stall_rounds {rounds}: a set that stopped "
+            "beating the best accuracy for that many rounds is not enough)"
         )
         return floor
     return k
