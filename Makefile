@@ -19,7 +19,7 @@ DEMO_OUT ?= runs/demo
 # sweep found for this set-up (results/claims.md), and, beyond the paper, `adaptive` and `oort`
 DEMO_POLICIES ?= powertrip,adaptive,static:k=3,static,centralized-25,centralized-50,highest-power,random,radius,all,oort
 
-.PHONY: setup demo test test-fast golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
+.PHONY: setup demo test test-all golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -94,11 +94,15 @@ demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 	$(BIN)/powertrip compare --config configs/demo.yaml --out $(DEMO_OUT) \
 		--policies $(DEMO_POLICIES) --budget-factor 1.25
 
-test: setup  ## the whole test suite (container tests only with POWERTRIP_DOCKER_TESTS=1)
-	$(BIN)/pytest -q
+# `make test`: what a newcomer waits for (unit, integration and reliability tests with real
+# services as processes, and a CLI run end to end; about 5 minutes on 2 cores). `make
+# test-all` adds the slow end-to-end runs, the golden runs and the replay of every committed
+# run (tests/replay), and the container tests when POWERTRIP_DOCKER_TESTS=1: what CI runs.
+test: setup  ## the fast tier: every test but the slow end-to-end runs and the replay tier
+	$(BIN)/pytest -q -m "not slow and not replay"
 
-test-fast: setup  ## the unit tier without its slow tests (a few minutes)
-	$(BIN)/pytest -q -m "not slow" tests/unit
+test-all: setup  ## every test, as CI runs it (container tests only with POWERTRIP_DOCKER_TESTS=1)
+	$(BIN)/pytest -q
 
 golden: setup  ## 8 fixed-seed runs byte for byte against tests/golden/expected.json (~3 min)
 	$(BIN)/python tests/golden/golden.py

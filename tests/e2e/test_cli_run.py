@@ -16,7 +16,8 @@ from powertrip.app.experiments.commands import DEFAULT_TIME_BUDGET_H, time_bound
 from powertrip.app.experiments.runner import UNBOUNDED_ROUNDS
 from powertrip.core.config import ConfigError
 
-pytestmark = pytest.mark.slow
+# one CLI run end to end and the CLI's refusals are in `make test`; the comparisons, a few
+# runs each, are slow (`make test-all`)
 
 
 def powertrip(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -93,6 +94,7 @@ def test_synthetic_run_writes_five_rows_and_is_deterministic(tmp_path):
     assert (outs[0] / "k_vs_time.png").exists()
 
 
+@pytest.mark.slow
 def test_compare_writes_table_and_each_policy(tmp_path):
     out = tmp_path / "cmp"
     done = powertrip(
@@ -124,6 +126,7 @@ def test_compare_writes_table_and_each_policy(tmp_path):
     assert "kWh to target" in done.stdout and "egress $ to target" in done.stdout
 
 
+@pytest.mark.slow
 def test_format_json_gives_one_document_on_stdout_for_compare_and_sweep(tmp_path):
     """--format json: stdout is a single JSON document (every run's summary and directory),
     the progress and the table go to stderr, so `| jq` works."""
@@ -144,6 +147,7 @@ def test_format_json_gives_one_document_on_stdout_for_compare_and_sweep(tmp_path
     assert [r["label"] for r in json.loads(done.stdout)["runs"]] == ["static k=1", "static k=3"]
 
 
+@pytest.mark.slow
 def test_compare_runs_oort_and_ranks_by_energy(tmp_path):
     out = tmp_path / "cmp"
     done = powertrip(
@@ -159,6 +163,7 @@ def test_compare_runs_oort_and_ranks_by_energy(tmp_path):
     assert "oort" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_compare_bounds_every_run_by_the_time_budget(tmp_path):
     out = tmp_path / "cmp"
     budget_h = 0.5
@@ -199,6 +204,7 @@ def test_compare_bounds_every_run_by_the_time_budget(tmp_path):
     assert "acc@T=0.500h" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_compare_keeps_a_round_cap_set_in_the_config(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("workload: synthetic\nnum_sites: 6\nmax_rounds: 2\ntarget_accuracy: 0.99\n")
