@@ -51,7 +51,9 @@ def test_progress_telescopes_to_the_first_and_last_reading(tmp_path):
 def test_a_difference_lost_in_the_noise_is_not_resolved_by_one_pair(tmp_path):
     runs = _pairs(tmp_path, 0.0167, 0.0153, noise=0.03)
     rows = {r.claim: r for r in G.resolution_rows(runs, 5, 10)}
-    row = rows["a run can tell k = 5 from k = 10 by its accuracy (ideal set-up)"]
+    row = rows[
+        "one pair of runs (k = 5 and k = 10, one seed) tells them apart by its accuracy (ideal set-up)"
+    ]
     assert row.holds == "no" and row.seeds == 6
     assert row.ours.startswith("R = 5: d = ") and "R = 25: d = " in row.ours
     assert "one pair resolves at R = none up to 25" in row.why

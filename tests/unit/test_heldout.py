@@ -48,7 +48,7 @@ def test_paired_comparison_against_kstar_and_oracle(tmp_path):
     assert oracle_row.holds == "slower"
     adaptive = rows["uniform: adaptive against static k* = 3 (chosen on seeds 0-4), held-out seeds"]
     assert adaptive.holds == "within 5 %" and adaptive.ours.startswith("+2.0%")
-    assert not any(claim.startswith("a run can tell") for claim in rows)  # the ideal set-up's
+    assert not any(claim.startswith("one pair of runs") for claim in rows)  # the ideal set-up's
 
 
 def test_development_seeds_are_a_group_of_their_own(tmp_path):
@@ -168,6 +168,8 @@ def test_the_ideal_setup_chooses_kstar_on_its_own_grid_and_trains_to_the_target(
     assert row.seeds == 5 and row.holds == "faster" and row.ours.startswith("-21.8%")
     # and whether a run's progress could have placed k there: k* = 5 against the next k, 10,
     # paired by seed over the static runs (one round each here: too short for any horizon)
-    resolution = rows["a run can tell k = 5 from k = 10 by its accuracy (ideal set-up)"]
+    resolution = rows[
+        "one pair of runs (k = 5 and k = 10, one seed) tells them apart by its accuracy (ideal set-up)"
+    ]
     assert resolution.figure == "heldout" and resolution.holds == "no"
     assert "held-out loss" in H.claims(d, {})[-1].claim

@@ -370,7 +370,8 @@ def _render(
         target = Path(args.summary)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(summary, target)
-        print(f"summary copied to {target}")
+        shutil.copyfile(out / "INDEX.md", target.parent / "INDEX.md")
+        print(f"summary copied to {target}, with INDEX.md beside it")
     failed = [r for r in logs if r.status == "failed"]
     for r in failed:
         print(

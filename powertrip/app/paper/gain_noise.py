@@ -70,7 +70,10 @@ def resolution_rows(
     shared = sorted(set(a) & set(b))
     rows = []
     for column, name in SIGNALS.items():
-        claim = f"a run can tell k = {small} from k = {large} by its {name} (ideal set-up)"
+        claim = (
+            f"one pair of runs (k = {small} and k = {large}, one seed) tells them apart by its "
+            f"{name} (ideal set-up)"
+        )
         paper = "- (what an online rule needs where a site costs no time)"
         if len(shared) < 3:
             rows.append(C.ClaimRow("heldout", claim, paper, "not run", "n/a"))

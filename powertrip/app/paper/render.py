@@ -12,6 +12,7 @@ from powertrip.app.experiments.suite import Suite, deferred_source, suite_arm_na
 from powertrip.app.paper import MODULES, VARIANTS, module_of
 from powertrip.app.paper.common import accuracy_at_powertrip_time, fmt_accuracy_at
 from powertrip.app.paper.data import VariantData, load_variant, source_kstar
+from powertrip.app.paper.index import write_index
 from powertrip.app.report import claims as C
 from powertrip.app.report import objectives as O
 from powertrip.app.report.html import Section, Table, write_html
@@ -186,7 +187,8 @@ def render_all(out: Path, figures: Sequence[str], meta: Mapping[str, Any]) -> di
 
 
 def write_summary(out: Path, meta: Mapping[str, Any]) -> Path:
-    """Collate every OUT/<figure>/claims.csv into OUT/claims.csv and OUT/claims.md."""
+    """Collate every OUT/<figure>/claims.csv into OUT/claims.csv and OUT/claims.md, and
+    write OUT/INDEX.md (folders, figures, headline claims: powertrip.app.paper.index)."""
     rows: list[dict[str, str]] = []
     for module in MODULES:
         path = out / module.SUITE.out_name / "claims.csv"
@@ -217,4 +219,5 @@ def write_summary(out: Path, meta: Mapping[str, Any]) -> Path:
     )
     md = out / "claims.md"
     md.write_text(C.claims_markdown(rows, header))
+    write_index(out, rows)
     return md
