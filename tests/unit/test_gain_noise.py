@@ -11,6 +11,10 @@ from powertrip.app.paper import gain_noise as G
 from powertrip.app.report.rundir import load_run
 from tests.unit.test_reproduce import write_run
 
+G_CLAIM = (
+    "one pair of runs (k = 5 and k = 10, one seed) tells them apart by its accuracy (ideal set-up)"
+)
+
 
 def _run(tmp_path, name: str, accuracy: np.ndarray, loss: np.ndarray):
     """A finished run on disk with these per-round accuracies and losses."""
@@ -51,9 +55,7 @@ def test_progress_telescopes_to_the_first_and_last_reading(tmp_path):
 def test_a_difference_lost_in_the_noise_is_not_resolved_by_one_pair(tmp_path):
     runs = _pairs(tmp_path, 0.0167, 0.0153, noise=0.03)
     rows = {r.claim: r for r in G.resolution_rows(runs, 5, 10)}
-    row = rows[
-        "one pair of runs (k = 5 and k = 10, one seed) tells them apart by its accuracy (ideal set-up)"
-    ]
+    row = rows[G_CLAIM]
     assert row.holds == "no" and row.seeds == 6
     assert row.ours.startswith("R = 5: d = ") and "R = 25: d = " in row.ours
     assert "one pair resolves at R = none up to 25" in row.why

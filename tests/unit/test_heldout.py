@@ -168,8 +168,7 @@ def test_the_ideal_setup_chooses_kstar_on_its_own_grid_and_trains_to_the_target(
     assert row.seeds == 5 and row.holds == "faster" and row.ours.startswith("-21.8%")
     # and whether a run's progress could have placed k there: k* = 5 against the next k, 10,
     # paired by seed over the static runs (one round each here: too short for any horizon)
-    resolution = rows[
-        "one pair of runs (k = 5 and k = 10, one seed) tells them apart by its accuracy (ideal set-up)"
-    ]
+    pair = "one pair of runs (k = 5 and k = 10, one seed) tells them apart"
+    resolution = rows[f"{pair} by its accuracy (ideal set-up)"]
     assert resolution.figure == "heldout" and resolution.holds == "no"
     assert "held-out loss" in H.claims(d, {})[-1].claim

@@ -111,7 +111,10 @@ def test_parse_figures():
     assert R.parse_figures("5") == ["5"]
     assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
     assert R.plan(["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
-    allowed = "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, heldout, tau"
+    allowed = (
+        "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
+        "heldout, tau"
+    )
     with pytest.raises(R.ReproduceError, match=allowed):
         R.parse_figures("4")
 
@@ -387,7 +390,7 @@ def test_figure_keys_6_and_7_select_one_module():
     [
         (
             ["--figure", "4"],
-            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 12, 13, 14, ablation, "
+            "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
             "heldout, tau, "
             "llm or all",
         ),

@@ -30,6 +30,7 @@ from powertrip.app.paper import (
     fig14,
     heldout,
     llm,
+    plateau,
     tau_sweep,
 )
 
@@ -44,6 +45,7 @@ MODULES: tuple[ModuleType, ...] = (
     fig10,
     fig11,
     fig11_regime,
+    plateau,
     fig12,
     fig13,
     fig14,
@@ -67,6 +69,7 @@ FIGURES: dict[str, ModuleType] = {
     "10": fig10,
     "11": fig11,
     "11-regime": fig11_regime,
+    "8-9-plateau": plateau,
     "12": fig12,
     "13": fig13,
     "14": fig14,
