@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 # let workers see `shutdown` on their next poll before we drain: a polling
                 # worker sees it within milliseconds, so this waits out the notice only for
                 # one that is not polling (it was a fixed 1.5 s: 14 s of `make demo`)
-                state.wait_workers_told(SHUTDOWN_NOTICE_S)
+                state.queue.wait_workers_told(SHUTDOWN_NOTICE_S)
                 stop.set()
 
         threading.Thread(target=body, name="round-loop", daemon=True).start()

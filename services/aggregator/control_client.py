@@ -268,7 +268,7 @@ class ControlClient:
     def profiles(self, at_s: float) -> Profiles:
         """Profiles at `at_s` as columns; the last good ones if the profiler is down. The
         same object is kept as the last good reply: callers must not change it (the
-        aggregator's state marks dead sites in a copy, AggregatorState.hide_dead)."""
+        aggregator's state marks dead sites in a copy, WorkerRegistry.hide_dead)."""
         try:
             reply = _retry(
                 lambda: self._get_profiles(

@@ -85,7 +85,7 @@ class RoundLoop:
                     "--resume: no checkpoint in %s; starting from round 1", self.config.out_dir
                 )
             self.recorder = RunRecorder(self.config.out_dir, clock=self.clock.name)
-            self.state.set_model(initial, version=0)
+            self.state.model.install(initial, version=0)
             if self.audit is not None:
                 self.audit.start(initial)
         else:
@@ -115,14 +115,16 @@ class RoundLoop:
         deadline = time.monotonic() + self.config.register_timeout_s
         # say every 30 s who is missing: with remote sites (POWERTRIP_LOCAL_SITES below
         # POWERTRIP_SITES) the run waits for workers started elsewhere
-        while not self.state.wait_registered(needed, min(deadline, time.monotonic() + 30.0)):
+        while not self.state.registry.wait_registered(
+            needed, min(deadline, time.monotonic() + 30.0)
+        ):
             if time.monotonic() >= deadline:
                 break
             log.info(
                 "waiting for sites: %d of %d registered (%d needed to start)",
-                self.state.registered_count(), self.run.num_sites, needed,
+                self.state.registry.registered_count(), self.run.num_sites, needed,
             )  # fmt: skip
-        hosted = self.state.registered_count()
+        hosted = self.state.registry.registered_count()
         if hosted < needed:
             least = "" if needed == self.run.num_sites else f" (--min-sites {needed})"
             raise RunFailed(
@@ -147,16 +149,16 @@ class RoundLoop:
         """Hand each selected site its task and open the round for uploads (round.open_round
         says what a round holds)."""
         progress = open_round(
-            self.run, round_no, selection, self.state.model_version, self.state.weights,
+            self.run, round_no, selection, self.state.model.version, self.state.model.weights,
             steps or {}, batches, self.audit,
         )  # fmt: skip
-        self.state.install_round(progress)
+        self.state.queue.install_round(progress)
         return progress
 
     def collect(self, progress: RoundInProgress) -> None:
         """Wait for every delta or the deadline; sites that miss it are skipped, not waited on."""
         deadline = time.monotonic() + self.run.round_deadline_s
-        missing, dead_now = self.state.close_round(progress, deadline)
+        missing, dead_now = self.state.queue.close_round(progress, deadline)
         if missing:
             log.warning(
                 "round %d: %d site(s) missed the deadline: %s",
@@ -186,7 +188,7 @@ class RoundLoop:
         wall_round_s = wall.round_s = time.monotonic() - wall_start
         with wall.phase("record"):
             footprint = self.accounting.round(
-                selection, planned, profiles_by_id, trained.progress, self.state.model_bytes,
+                selection, planned, profiles_by_id, trained.progress, self.state.model.nbytes,
                 self.result.sim_time_s,
             )  # fmt: skip
             done = self._advance(round_no, selection, planned, trained, wall_round_s, footprint)
@@ -212,7 +214,7 @@ class RoundLoop:
 
     def _profiles(self) -> Profiles:
         """The profiles at the run's time, dead sites marked unavailable."""
-        return self.state.hide_dead(self.control.profiles(self.result.sim_time_s))
+        return self.state.registry.hide_dead(self.control.profiles(self.result.sim_time_s))
 
     def _select(
         self, round_no: int, profiles: Profiles
@@ -234,12 +236,12 @@ class RoundLoop:
             self.collect(progress)
         collected_at = time.monotonic()
         with wall.phase("aggregate"):
-            new_weights = apply_delta(self.state.weights, progress.fedavg.result())
+            new_weights = apply_delta(self.state.model.weights, progress.fedavg.result())
         wall_aggregation_s = wall.aggregate_s  # FedAvg alone, before the evaluation
         with wall.phase("eval"):
             accuracy, loss = self.evaluator.evaluate(new_weights)
         with wall.phase("aggregate"):
-            self.state.set_model(new_weights, version=progress.model_version + 1)
+            self.state.model.install(new_weights, version=progress.model_version + 1)
             progress.fedavg.commit_audit()
         return TrainedRound(
             progress=progress,
@@ -283,8 +285,8 @@ class RoundLoop:
             timing=measured.timing,
             predicted_s=measured.predicted_s,
             sim_time_s=result.sim_time_s,
-            model_bytes=self.state.model_bytes,
-            dead_sites=self.state.dead_sites(),
+            model_bytes=self.state.model.nbytes,
+            dead_sites=self.state.registry.dead_sites(),
             footprint=footprint,
             site_durations=measured.site_durations,
         )
@@ -295,7 +297,7 @@ class RoundLoop:
         self.recorder.add_round(files.row, files.decision)
         self.result.history.append(files.history)
         self.metrics.show_round(files.row)
-        self.state.publish_round(files.history)
+        self.state.status.publish_round(files.history)
 
     def _stop_after(self, accuracy: float, loss: float) -> bool:
         result = self.result
@@ -331,7 +333,7 @@ class RoundLoop:
         with self.control.connected(config.profiler, config.policy, config.credentials):
             try:
                 self.wait_for_sites()
-                self.state.start_running(self.run.max_rounds)
+                self.state.status.start_running(self.run.max_rounds)
                 self.metrics.show_state("running")
                 if not self.result.stopped_reason:  # a resumed run may already be over
                     self.run_rounds(self.start_round)
@@ -360,7 +362,7 @@ class RoundLoop:
                     raise RunFailed(f"{exc} ({empty} times in a row)") from None
                 log.error("%s; redoing the round without the dead sites", exc)
                 # every site may be dead now: give a slow worker one deadline to poll again
-                if not self.state.wait_any_alive(self.run.round_deadline_s):
+                if not self.state.registry.wait_any_alive(self.run.round_deadline_s):
                     raise RunFailed(f"{exc}, and no site came back within the deadline") from None
                 continue
             empty = 0

@@ -18,7 +18,9 @@ from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import round_record_message
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.state import AggregatorState, RegistrationError, RunStatus, tokens_match
+from services.aggregator.registry import RegistrationError, tokens_match
+from services.aggregator.run_status import RunStatus
+from services.aggregator.state import AggregatorState
 from services.aggregator.tasks import DATA_SCOPE_POOLED, Task
 from services.aggregator.uploads import DeltaReceiver
 
@@ -52,7 +54,10 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         site_certs: bool = False,
         revocations: RevocationList | None = None,
     ):
-        self.state = state
+        self.registry = state.registry
+        self.queue = state.queue
+        self.model = state.model
+        self.status = state.status
         self.spec = spec
         self.metrics = metrics
         self.join_token = join_token
@@ -60,7 +65,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         self._token_owner = {token: site for site, token in self.site_tokens.items()}
         self.site_certs = site_certs
         self.revocations = revocations
-        self.uploads = DeltaReceiver(state, metrics)
+        self.uploads = DeltaReceiver(state.registry, state.uploads, metrics)
 
     def _check_site_tokens(self, request, context) -> None:
         """Per-site tokens: a worker may host a site only with that site's own token."""
@@ -135,7 +140,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         if self.site_tokens:
             self._check_site_tokens(request, context)
         try:
-            info = self.state.register(
+            info = self.registry.register(
                 request.worker_id, list(request.site_ids), request.site_count
             )
         except RegistrationError as exc:
@@ -159,7 +164,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         )
 
     def _worker(self, worker_id: str, token: str, context):
-        info = self.state.authenticate(worker_id, token)
+        info = self.registry.authenticate(worker_id, token)
         if info is None:
             self.metrics.auth_failures.labels("session").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown worker or bad session token")
@@ -169,19 +174,18 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
     def NextTask(self, request, context):
         self._worker(request.worker_id, request.session_token, context)
         wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S)
-        tasks, shutdown = self.state.take_tasks(request.worker_id, wait)
+        tasks, shutdown = self.queue.take_tasks(request.worker_id, wait)
         return aggregator_pb2.NextTaskResponse(
             tasks=[task_message(task) for task in tasks], shutdown=shutdown
         )
 
     def DownloadModel(self, request, context):
         self._worker(request.worker_id, request.session_token, context)
-        chunks = self.state.model_chunks(request.model_version)
+        chunks = self.model.chunks(request.model_version)
         if chunks is None:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"model version {request.model_version} is not current "
-                f"({self.state.model_version})",
+                f"model version {request.model_version} is not current ({self.model.version})",
             )
         sent = self.metrics.transfer.labels("down")
         for wire, data_bytes in chunks:  # serialized once per model version (chunkwire)
@@ -199,7 +203,7 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
         return self.uploads.status(request, info, context)
 
     def GetStatus(self, request, context):
-        return status_message(self.state.status_now())
+        return status_message(self.status.now())
 
 
 def certificate_names(context) -> set[str]:

@@ -12,7 +12,7 @@ is verified whole (every tensor complete, finite) and aggregated once, only when
 A resumed header that differs from the held one (another loss, sample count, ...) is
 refused (ABORTED, resume_mismatch) and the held bytes are dropped: the next stream starts
 over. Held bytes go at the round's close, on a rejected chunk, on re-registration, and
-past a per-worker cap (state.HELD_BYTES_PER_WORKER).
+past a per-worker cap (upload_ledger.HELD_BYTES_PER_WORKER).
 """
 
 from __future__ import annotations
@@ -24,13 +24,9 @@ import grpc
 from powertrip.rpc.tensors import CHUNK_BYTES, TensorStreamError
 from powertrip.v1 import aggregator_pb2
 from services.aggregator.metrics import AggregatorMetrics
-from services.aggregator.state import (
-    FINISHED,
-    AggregatorState,
-    PartialUpload,
-    UploadRefused,
-    WorkerInfo,
-)
+from services.aggregator.registry import WorkerInfo, WorkerRegistry
+from services.aggregator.round import PartialUpload
+from services.aggregator.upload_ledger import FINISHED, UploadLedger, UploadRefused
 
 log = logging.getLogger("aggregator")
 
@@ -51,7 +47,7 @@ def stream_error_status(reason: str) -> grpc.StatusCode:
 #: owner of a PartialUpload whose delta was assembled: nothing may resume or add to it
 _FINISHED = FINISHED
 
-#: the status code of each reason the state refuses an upload for (state.UploadRefused)
+#: the status code of each reason the ledger refuses an upload for (UploadRefused)
 REFUSED_CODES = {
     "unknown_site": grpc.StatusCode.NOT_FOUND,
     "wrong_identity": grpc.StatusCode.PERMISSION_DENIED,
@@ -83,10 +79,12 @@ class Rejected(Exception):
 
 
 class DeltaReceiver:
-    """Receives, checks and books delta uploads; answers where a held upload stands."""
+    """Receives, checks and books delta uploads; answers where a held upload stands.
+    Workers are authenticated by the `registry`; the `ledger` books under the state lock."""
 
-    def __init__(self, state: AggregatorState, metrics: AggregatorMetrics):
-        self.state = state
+    def __init__(self, registry: WorkerRegistry, ledger: UploadLedger, metrics: AggregatorMetrics):
+        self.registry = registry
+        self.ledger = ledger
         self.metrics = metrics
 
     def upload(self, request_iterator, context) -> aggregator_pb2.UploadDeltaResponse:
@@ -124,10 +122,10 @@ class DeltaReceiver:
 
     def _receive_stream(self, header, iterator):
         """The rest of `_receive`, once the stream's header is known."""
-        info = self.state.authenticate(header.worker_id, header.session_token)
+        info = self.registry.authenticate(header.worker_id, header.session_token)
         if info is None:
             raise Rejected(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", "bad session token")
-        hosted = self.state.hosted_sites(info)
+        hosted = self.registry.hosted_sites(info)
         self._check_task(header, hosted)
         stream = object()  # this stream's claim on the upload
         if header.HasField("resume"):
@@ -178,7 +176,7 @@ class DeltaReceiver:
             if exc.reason not in ("superseded", "truncated"):
                 self._drop(upload, stream)
             raise
-        self.state.drop_partial(upload)
+        self.ledger.drop_partial(upload)
         return header, arrays, upload.assembler.bytes_received
 
     @staticmethod
@@ -193,7 +191,7 @@ class DeltaReceiver:
 
     def _hold(self, upload: PartialUpload, stream: object, header) -> None:
         """The stream broke or ended early: keep its verified bytes for a resume."""
-        if self.state.hold_partial(upload, stream):
+        if self.ledger.hold_partial(upload, stream):
             where = upload.assembler.position
             log.info(
                 "upload of %s cut at tensor %d byte %d: %d verified bytes held for a resume",
@@ -207,12 +205,12 @@ class DeltaReceiver:
             if mine:
                 upload.owner = _FINISHED
         if mine:
-            self.state.drop_partial(upload)
+            self.ledger.drop_partial(upload)
 
     def _open(self, header, stream: object) -> PartialUpload:
         """A fresh upload: it replaces whatever the site's earlier uploads left held."""
         try:
-            return self.state.open_upload(header.round, header.site_id, _identity(header), stream)
+            return self.ledger.open_upload(header.round, header.site_id, _identity(header), stream)
         except UploadRefused as exc:
             raise Rejected.of(exc) from None
 
@@ -224,7 +222,7 @@ class DeltaReceiver:
         want = (header.resume.tensor_index, header.resume.offset)
         wire = _identity(header).SerializeToString(deterministic=True)
         try:
-            upload, kept = self.state.resume_upload(
+            upload, kept = self.ledger.resume_upload(
                 header.round, site, header.task_id, header.worker_id, header.session_token,
                 want, stream,
                 same_header=lambda held: wire == held.SerializeToString(deterministic=True),
@@ -250,7 +248,7 @@ class DeltaReceiver:
         """Where the task's upload stands (for an authenticated worker): accepted, held up
         to a position, or nothing."""
         try:
-            where = self.state.upload_state(
+            where = self.ledger.upload_state(
                 info, request.site_id, request.round, request.task_id, request.worker_id,
                 request.session_token,
             )  # fmt: skip
@@ -265,8 +263,7 @@ class DeltaReceiver:
         return reply
 
     def _check_task(self, header, hosted: list[str]) -> None:
-        state = self.state
-        if not state.is_known(header.site_id):
+        if not self.registry.is_known(header.site_id):
             raise Rejected(
                 grpc.StatusCode.NOT_FOUND, "unknown_site", f"unknown site {header.site_id!r}"
             )
@@ -281,7 +278,9 @@ class DeltaReceiver:
                 grpc.StatusCode.INVALID_ARGUMENT, "num_samples", "num_samples must be >= 1"
             )
         try:
-            state.check_task(header.round, header.task_id, header.site_id, header.model_version)
+            self.ledger.check_task(
+                header.round, header.task_id, header.site_id, header.model_version
+            )
         except UploadRefused as exc:
             raise Rejected.of(exc) from None
 
@@ -291,16 +290,16 @@ class DeltaReceiver:
         claimed delta is summed exactly once; a second upload of the site is a duplicate."""
         site = header.site_id
         try:
-            current = self.state.claim_delta(header.round, site)
+            current = self.ledger.claim_delta(header.round, site)
         except UploadRefused as exc:
             raise Rejected.of(exc) from None
         try:
             weight = current.fedavg_weights.get(site, float(header.num_samples))
             current.fedavg.add(site, arrays, weight)
         except BaseException:
-            self.state.release_delta(current, site)
+            self.ledger.release_delta(current, site)
             raise
-        self.state.book_delta(
+        self.ledger.book_delta(
             current, site, train_loss=header.train_loss, compute_wall_s=header.compute_wall_s,
             steps=header.steps, num_samples=header.num_samples, energy_j=header.energy_j,
             bytes_up=received,

@@ -224,19 +224,19 @@ def test_power_split_tasks_carry_batches_and_fedavg_follows_them():
     # the weight the aggregator hands FedAvg is H b_i, not the num_samples the site reports
     state = AggregatorState(list(profiles))
     template = {"w": np.zeros(1, dtype=np.float32)}
-    state.current = RoundInProgress(
+    state.queue.current = RoundInProgress(
         round=1, model_version=0, tasks=tasks,
         fedavg=RoundAccumulator(list(profiles), template), fedavg_weights=weights,
     )  # fmt: skip
-    receiver = DeltaReceiver(state, metrics=None)
+    receiver = DeltaReceiver(state.registry, state.uploads, metrics=None)
     for task, value in zip(tasks.values(), (1.0, 0.0, 0.0), strict=True):
         header = aggregator_pb2.DeltaHeader(
             task_id=task.task_id, site_id=task.site_id, round=1, num_samples=300, steps=5
         )
         receiver._accept(header, {"w": np.full(1, value, dtype=np.float32)}, received=4)
     # deltas 1, 0, 0 weighted 500, 250, 250 average to 0.5 (data sizes 300 each: 1/3)
-    assert state.current.fedavg.result()["w"][0] == pytest.approx(0.5)
-    assert state.current.num_samples == dict.fromkeys(profiles, 300)
+    assert state.queue.current.fedavg.result()["w"][0] == pytest.approx(0.5)
+    assert state.queue.current.num_samples == dict.fromkeys(profiles, 300)
 
 
 def test_other_work_models_keep_the_run_batch_and_data_size_weights():

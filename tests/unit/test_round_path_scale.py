@@ -116,13 +116,13 @@ def test_dead_sites_are_marked_in_a_copy_and_only_when_there_are_any():
         common_pb2.SiteColumns(site_id=[f"site-{i:03d}" for i in range(5)], alive=[True] * 5)
     )
     state = AggregatorState(list(columns.site_id))
-    state.register("w0", ["site-000", "site-001"], 0)
+    state.registry.register("w0", ["site-000", "site-001"], 0)
     # sites no worker hosts yet (a run started with --min-sites) are hidden too
-    assert list(state.hide_dead(columns).alive) == [True, True, False, False, False]
-    state.register("w1", ["site-002", "site-003", "site-004"], 0)
-    assert state.hide_dead(columns) is columns
-    state.restore_dead(["site-003", "site-001"])
-    marked = state.hide_dead(columns)
+    assert list(state.registry.hide_dead(columns).alive) == [True, True, False, False, False]
+    state.registry.register("w1", ["site-002", "site-003", "site-004"], 0)
+    assert state.registry.hide_dead(columns) is columns
+    state.registry.restore_dead(["site-003", "site-001"])
+    marked = state.registry.hide_dead(columns)
     assert list(marked.alive) == [True, False, True, False, True]
     assert list(columns.alive) == [True] * 5  # the last good profiles stay as they were
 
