@@ -175,10 +175,6 @@ class WorkerRegistry:
             return set()
         return self._known.difference(self.site_owner)
 
-    def unhosted_count(self) -> int:
-        with self._lock:
-            return len(self._unhosted())
-
     def dead_sites(self) -> set[str]:
         with self._lock:
             return set(self.dead)
