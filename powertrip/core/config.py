@@ -1,5 +1,7 @@
 """The run configuration: one dataclass, loaded from YAML and/or flags, validated with
-messages that name the field and the allowed values, and written back fully resolved."""
+messages that name the field and the allowed values, and written back fully resolved.
+Each value is read and checked by configvalues.py (ConfigError, imported from here by its
+callers, is defined there), the settings together by configcheck.py."""
 
 from __future__ import annotations
 
@@ -12,38 +14,10 @@ from typing import Any
 import yaml
 
 from powertrip.core import footprint, provenance
-from powertrip.core.clocks import CLOCKS
-from powertrip.core.peftspec import PeftSpec, PeftSpecError
+from powertrip.core.configcheck import check_settings
+from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
-from powertrip.core.profiles import (
-    DISTANCE_DISTRIBUTIONS,
-    GPUS_PER_SITE,
-    LINK_MODELS,
-    PopulationSpec,
-)
-from powertrip.core.timemodel import WORK_MODELS
-
-ESTIMATORS = ("paper", "clock")
-POWER_MODES = ("uniform", "trace")
-TRAINERS = ("loop", "vmap")  # powertrip.core.batched.TRAINERS
-#: where tau_s comes from: as given, or measured at run start (powertrip/core/steptime.py)
-TAU_SOURCES = ("fixed", "measured")
-#: the radius and share the calibrated distances are fitted to (paper Fig. 9: 22 of 100 sites
-#: within 1,000 miles); a run uses PopulationSpec's defaults
-CALIBRATION_RADIUS_MILES = PopulationSpec.radius_miles
-CALIBRATION_SHARE = PopulationSpec.radius_share
-#: settings with a fixed set of values: checked as they are read (YAML, flags, --set), so the
-#: message names the source, and again by validate() for configs built in code
-FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "clock": CLOCKS,
-    "work_model": WORK_MODELS,
-    "estimator": ESTIMATORS,
-    "power": POWER_MODES,
-    "trainer": TRAINERS,
-    "tau_source": TAU_SOURCES,
-    "distance_distribution": DISTANCE_DISTRIBUTIONS,
-    "link_model": LINK_MODELS,
-}
+from powertrip.core.profiles import GPUS_PER_SITE, PopulationSpec
 
 #: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
 FLAGS: dict[str, str] = {"num_sites": "--sites"}
@@ -87,10 +61,6 @@ def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, al
         for k, v in wanted.items()
         if k not in ignored and stored.get(k, LATER_SETTINGS.get(k, _ABSENT)) != v
     )
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the field."""
 
 
 @dataclass
@@ -223,7 +193,7 @@ class RunConfig:
         config = dataclasses.replace(self, policy_params=dict(self.policy_params))
         sources = dict(self.sources())
         for key, value in data.items():
-            setattr(config, key, _coerce(key, value, source))
+            setattr(config, key, coerce(key, _TYPES[key], value, source))
             sources[key] = source
         config._sources = sources
         return config
@@ -262,7 +232,7 @@ class RunConfig:
         for var, name in allowed.items():
             text = env.get(var, "")
             if text != "":
-                config = config.with_values({name: parse_value(name, text)}, var)
+                config = config.with_values({name: parse_value(_TYPES[name], text)}, var)
         return config
 
     def with_settings(self, items: Iterable[str]) -> RunConfig:
@@ -280,130 +250,10 @@ class RunConfig:
 
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> RunConfig:
-        """Check the settings together; a message names the setting and, where it was read
-        from a file, a flag, `--set` or a variable, that source (with_values)."""
-        sources = self.sources()
-
-        def named(message: str, *keys: str) -> str:
-            given = dict.fromkeys(sources[k] for k in keys if k in sources)
-            return f"{', '.join(given)}: {message}" if given else message
-
-        def need(ok: bool, name: str, message: str, *also: str) -> None:
-            if not ok:
-                key = name.split(" ")[0].split(".")[0]
-                if key in sources:  # "num_sites (--sites)": the source is named instead
-                    name = name.split(" (")[0]
-                raise ConfigError(named(f"{name}: {message}", key, *also))
-
-        for name, allowed in FIELD_CHOICES.items():  # the same words as the coercion path's
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ConfigError(
-                    named(f"{name} must be one of {', '.join(allowed)}, got {value!r}", name)
-                )
-        try:
-            PeftSpec.parse(self.peft)
-        except PeftSpecError as exc:
-            raise ConfigError(named(str(exc), "peft")) from None
-        need(self.num_sites >= 1, "num_sites (--sites)", f"must be >= 1, got {self.num_sites}")
-        need(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
-        need(self.max_sim_hours >= 0, "max_sim_hours", f"must be >= 0, got {self.max_sim_hours}")
-        if self.target_accuracy is not None:
-            need(
-                0 < self.target_accuracy <= 1,
-                "target_accuracy",
-                f"must be in (0, 1], got {self.target_accuracy}",
-            )
-        if self.target_perplexity is not None:
-            need(
-                self.target_perplexity == 0 or self.target_perplexity > 1,
-                "target_perplexity",
-                f"must be > 1 (a perplexity), 0 (none: the accuracy target) or null (the "
-                f"workload's default), got {self.target_perplexity}",
-            )
-        if self.update_size_gb is not None:
-            need(
-                self.update_size_gb > 0, "update_size_gb", f"must be > 0, got {self.update_size_gb}"
-            )
-        need(self.comm_directions in (1, 2), "comm_directions", "must be 1 (upload) or 2 (both)")
-        need(self.aggregation_s >= 0, "aggregation_s", f"must be >= 0, got {self.aggregation_s}")
-        need(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        for name in ("lr", "tau_s"):
-            value = getattr(self, name)
-            if value is not None:
-                need(value > 0, name, f"must be > 0, got {value}")
-        need(
-            self.tau_source != "measured" or self.tau_s is None,
-            "tau_s",
-            f"is {self.tau_s:g} but tau_source measured measures it at run start; unset it "
-            "(tau_s=null) or use tau_source fixed"
-            if self.tau_s is not None
-            else "",
-            "tau_source",
-        )
-        for name in ("batch_size", "local_steps", "eval_samples"):
-            value = getattr(self, name)
-            if value is not None:
-                need(value >= 1, name, f"must be >= 1, got {value}")
-        need(
-            0 <= self.min_distance_miles <= self.max_distance_miles,
-            "min_distance_miles",
-            "must satisfy 0 <= min_distance_miles <= max_distance_miles",
-            "max_distance_miles",
-        )
-        need(
-            self.distance_distribution != "calibrated"
-            or self.min_distance_miles < CALIBRATION_RADIUS_MILES < self.max_distance_miles,
-            "distance_distribution",
-            f"'calibrated' places {CALIBRATION_SHARE:.0%} of the sites within "
-            f"{CALIBRATION_RADIUS_MILES:g} miles, so it needs min_distance_miles < "
-            f"{CALIBRATION_RADIUS_MILES:g} < max_distance_miles (got "
-            f"{self.min_distance_miles:g}, {self.max_distance_miles:g}); widen the range or "
-            "use 'uniform'",
-            "min_distance_miles",
-            "max_distance_miles",
-        )
-        need(
-            0 < self.min_power <= 1,
-            "min_power",
-            f"must satisfy 0 < min_power <= max_power <= 1, got {self.min_power}",
-        )
-        need(
-            self.min_power <= self.max_power <= 1,
-            "max_power",
-            f"must satisfy 0 < min_power <= max_power <= 1, got min_power={self.min_power}, "
-            f"max_power={self.max_power}",
-            "min_power",
-        )
-        need(
-            self.reference_bandwidth_gbps > 0,
-            "reference_bandwidth_gbps",
-            f"must be > 0, got {self.reference_bandwidth_gbps}",
-        )
-        need(self.gpus_per_site >= 1, "gpus_per_site", f"must be >= 1, got {self.gpus_per_site}")
-        need(
-            0 < self.gpus_available_min_fraction <= self.gpus_available_max_fraction <= 1,
-            "gpus_available_min_fraction",
-            "must satisfy 0 < gpus_available_min_fraction <= gpus_available_max_fraction <= 1, "
-            f"got {self.gpus_available_min_fraction}, {self.gpus_available_max_fraction}",
-            "gpus_available_max_fraction",
-        )
-        need(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
-        need(self.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
-        need(
-            self.train_threads >= 0,
-            "train_threads",
-            f"must be >= 0 (0 = one per CPU core), got {self.train_threads}",
-        )
-        need(self.site_batch >= 1, "site_batch", f"must be >= 1, got {self.site_batch}")
-        need(self.round_deadline_s > 0, "round_deadline_s", "must be > 0")
-        for key, value in self.policy_params.items():
-            need(isinstance(value, int | float), f"policy_params.{key}", "must be a number")
-        try:
-            footprint.spec_of(self)  # its carbon trace read: a bad file is named now
-        except footprint.FootprintError as exc:
-            message = str(exc)  # "carbon_trace: ...", "gpu_power_w must ..."
-            raise ConfigError(named(message, message.split(":")[0].split(" ")[0])) from None
+        """Check the settings together (powertrip/core/configcheck.py); a message names the
+        setting and, where it was read from a file, a flag, `--set` or a variable, that
+        source (with_values)."""
+        check_settings(self)
         return self
 
     def resolved(self, defaults: Any) -> RunConfig:
@@ -475,56 +325,6 @@ class RunConfig:
 _TYPES: dict[str, Any] = {f.name: f.type for f in fields(RunConfig)}
 
 
-def _coerce(key: str, value: Any, source: str) -> Any:
-    """Check the type of one setting; ints are accepted where floats are expected."""
-    kind = _TYPES[key]
-    optional = "None" in kind
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{source}: {key} must not be empty")
-    base = kind.replace(" | None", "")
-    try:
-        if base == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise TypeError
-            return int(value)
-        if base == "float":
-            if isinstance(value, bool):
-                raise TypeError
-            return float(value)
-        if base == "bool":
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("true", "yes", "1", "on"):
-                return True
-            if str(value).lower() in ("false", "no", "0", "off"):
-                return False
-            raise TypeError
-        if base == "str":
-            if isinstance(value, bool) or not isinstance(value, str | int | float):
-                raise TypeError
-            value = str(value)
-            choices = FIELD_CHOICES.get(key)
-            if choices is not None and value not in choices:
-                raise ConfigError(
-                    f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}"
-                )
-            return value
-        if base.startswith("dict"):
-            if not isinstance(value, dict):
-                raise TypeError
-            try:
-                return {str(k): param_number(str(k), v) for k, v in value.items()}
-            except ValueError as exc:
-                raise ConfigError(f"{source}: {key}.{exc}") from None
-    except ConfigError:
-        raise
-    except (TypeError, ValueError):
-        raise ConfigError(f"{source}: {key} must be of type {base}, got {value!r}") from None
-    return value
-
-
 #: `--set policy_params.NAME=VALUE` sets one policy parameter (like `--param NAME=VALUE`)
 PARAM_PREFIX = "policy_params."
 
@@ -550,16 +350,4 @@ def parse_setting(item: str) -> tuple[str, Any]:
         raise ConfigError(
             f"--set {item}: unknown key {key}; allowed keys: {', '.join(RunConfig.field_names())}"
         )
-    return key, parse_value(key, text)
-
-
-def parse_value(key: str, text: str) -> Any:
-    """One setting's value given as text (`--set KEY=TEXT`, `POWERTRIP_RUN_KEY=TEXT`), read
-    as YAML reads it, except that a text setting keeps the text as given; empty is None."""
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        value = text
-    if value is not None and _TYPES[key].replace(" | None", "") == "str":
-        value = text.strip()
-    return value
+    return key, parse_value(_TYPES[key], text)

@@ -8,7 +8,7 @@ import pytest
 from powertrip.app.report.html import clock_text
 from powertrip.core import runfiles
 from powertrip.core.clocks import CLOCKS, SIMULATED, WALL, clock_kind
-from powertrip.core.config import FIELD_CHOICES
+from powertrip.core.configvalues import FIELD_CHOICES
 from services.aggregator.clock import CLOCK_CLASSES
 
 

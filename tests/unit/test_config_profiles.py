@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.core.config import FIELD_CHOICES, ConfigError, RunConfig, parse_setting
+from powertrip.core.config import ConfigError, RunConfig, parse_setting
+from powertrip.core.configvalues import FIELD_CHOICES
 from powertrip.core.profiles import PopulationSpec, generate_population, site_id, site_index
 from powertrip.core.timemodel import propagation_delay_s
 
