@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return _reproduce_main(args)
     from powertrip.app.experiments import commands
     from powertrip.app.experiments.launcher import LaunchError, stop_services_on_signals
+    from powertrip.app.experiments.preflight import UnknownPolicy, preflight
     from powertrip.app.experiments.runner import ChildExited, RunError
     from powertrip.core.workloads import DataError, UnknownWorkload
 
@@ -240,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
             args.explicit_settings = explicit_settings(args)
             config = _resolve_workload(config)
             # every value checked before a directory is made or a service started
-            commands.preflight(config, args)
+            preflight(config, args)
             if args.command in ("run", "compare", "sweep"):
                 command = getattr(commands, args.command)
                 if args.format != "json":
                     return command(config, args)
                 return _as_json(command, config, args)
-        except (ConfigError, UnknownWorkload, commands.UnknownPolicy, DataError) as exc:
+        except (ConfigError, UnknownWorkload, UnknownPolicy, DataError) as exc:
             print(f"powertrip: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except (ChildExited, LaunchError) as exc:

@@ -135,7 +135,7 @@ def _add_time_budget_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from powertrip.app.experiments.commands import DEFAULT_COMPARISON
+    from powertrip.app.experiments.preflight import DEFAULT_COMPARISON
 
     parser = argparse.ArgumentParser(
         prog="powertrip",

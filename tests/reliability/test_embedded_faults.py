@@ -155,11 +155,11 @@ def test_worker_failing_at_start_up_ends_the_run(tmp_path, tagged, capsys, monke
     """More sites than samples, past the CLI's own check: only the worker finds out, when it
     partitions the data; the run ends at once with its error instead of waiting. (FEMNIST:
     the synthetic workload has no such limit.)"""
-    from powertrip.app.experiments import commands
+    from powertrip.app.experiments import preflight
     from powertrip.app.experiments.datacmd import training_samples
     from powertrip.core.workloads import get_workload
 
-    monkeypatch.setattr(commands, "check_sites", lambda config: None)
+    monkeypatch.setattr(preflight, "check_sites", lambda config: None)
     available = training_samples(get_workload("femnist"))
     sites = available + 1
     out = tmp_path / f"run-{tagged}"

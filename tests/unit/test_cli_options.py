@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from powertrip.app.cli import build_parser, explicit_settings, load_config, main
-from powertrip.app.experiments.commands import previous_run, time_bound
+from powertrip.app.experiments.commands import time_bound
+from powertrip.app.experiments.reuse import previous_run
 from powertrip.core.config import ConfigError, RunConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -116,7 +116,7 @@ def check_sizes(
     """Every set-up's site count against its workload's training samples (one per site),
     before a directory is made or a service started: a ConfigError naming num_sites
     (--sites) rather than a site worker that dies on the partition."""
-    from powertrip.app.experiments.commands import check_sites
+    from powertrip.app.experiments.preflight import check_sites
 
     check_sites(base)
     for name in dict.fromkeys(r.variant for r in plan(figures, seeds, base.num_sites, ks)):
