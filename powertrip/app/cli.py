@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from powertrip.app.cliparser import _FLAG_FIELDS, build_parser
+from powertrip.app.cliflags import FLAG_FIELDS
+from powertrip.app.cliparser import build_parser
 from powertrip.core import runfiles
 from powertrip.core.config import (
     LATER_SETTINGS,
@@ -35,7 +36,7 @@ EXIT_CHILD = 3
 
 def load_config(args: argparse.Namespace) -> RunConfig:
     config = RunConfig.from_yaml(args.config) if args.config else RunConfig()
-    overrides = {name: getattr(args, name, None) for name in _FLAG_FIELDS}
+    overrides = {name: getattr(args, name, None) for name in FLAG_FIELDS}
     flags: dict[str, str] = {}  # a setting given by another flag than its own
     budget = getattr(args, "time_budget_h", None)
     if budget is not None:
@@ -67,7 +68,7 @@ def explicit_settings(args: argparse.Namespace) -> frozenset[str]:
     """RunConfig fields the user chose, by a flag or a key in the --config YAML, as opposed to
     defaults: compare and sweep replace the default round cap and time budget, never chosen
     ones (configs/demo.yaml's max_rounds, for one)."""
-    chosen = {name for name in _FLAG_FIELDS if getattr(args, name, None) is not None}
+    chosen = {name for name in FLAG_FIELDS if getattr(args, name, None) is not None}
     if getattr(args, "time_budget_h", None) is not None:
         chosen.add("max_sim_hours")
     for item in getattr(args, "settings", None) or []:
