@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from powertrip.app.cli import build_parser, explicit_settings, load_config
+from powertrip.app.cliconfig import explicit_settings, load_config
+from powertrip.app.cliparser import build_parser
 from powertrip.app.experiments.commands import DEFAULT_TIME_BUDGET_H, time_bound
 from powertrip.app.experiments.runner import UNBOUNDED_ROUNDS
 from powertrip.core.config import ConfigError

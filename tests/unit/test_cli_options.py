@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from powertrip.app.cli import build_parser, explicit_settings, load_config, main
+from powertrip.app.cli import main
+from powertrip.app.cliconfig import explicit_settings, load_config
+from powertrip.app.cliparser import build_parser
 from powertrip.app.experiments.commands import time_bound
 from powertrip.app.experiments.reuse import previous_run
 from powertrip.core.config import ConfigError, RunConfig
@@ -195,12 +197,12 @@ def test_previous_run_judges_reuse(tmp_path):
 
 
 def test_reproduce_set_is_written_into_its_base_config(tmp_path, capsys):
-    from powertrip.app.cli import _reproduce_config
+    from powertrip.app.clireproduce import reproduce_config
 
     args = build_parser().parse_args(
         ["reproduce", "--set", "lr=0.05", "--set", "policy_params.window=3"]
     )
-    path = _reproduce_config(args, tmp_path / "c.yaml")
+    path = reproduce_config(args, tmp_path / "c.yaml")
     data = yaml.safe_load(path.read_text())
     assert data["lr"] == 0.05 and data["policy_params"]["window"] == 3.0
     assert data["workload"] == "femnist"  # the rest of configs/reproduce.yaml is kept
@@ -282,14 +284,14 @@ def test_load_config_rejects_a_bad_set_before_validation():
 def test_resume_goes_on_with_what_a_later_setting_meant_when_the_run_started(tmp_path):
     """A run stored before fused_sgd existed trained with plain SGD: --resume keeps that,
     not today's default; a run stored with the setting keeps its own value."""
-    from powertrip.app.cli import _resume_args
+    from powertrip.app.cliconfig import resume_args
 
     def resumed(stored: dict) -> RunConfig:
         run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         run.mkdir()
         (run / "run-config.yaml").write_text(yaml.safe_dump(stored))
         args = build_parser().parse_args(["run", "--resume", str(run)])
-        _resume_args(args)
+        resume_args(args)
         return load_config(args)
 
     old = RunConfig(workload="synthetic", num_sites=4).to_dict()

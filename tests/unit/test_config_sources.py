@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 import yaml
 
-from powertrip.app.cli import load_config
+from powertrip.app.cliconfig import load_config
 from powertrip.app.cliparser import build_parser
 from powertrip.core import envnames
 from powertrip.core.config import ConfigError, RunConfig

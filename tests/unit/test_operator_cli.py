@@ -1,6 +1,6 @@
 """The CLI's operator verbs beyond `ls` and `status`: `config show|validate` (the resolved
 configuration and each setting's source), `policies --format json`, `logs [-f]` and
-`audit` (powertrip/app/cli.py, powertrip/app/operate.py)."""
+`audit` (powertrip/app/cli.py, cliconfig.py, powertrip/app/operate.py)."""
 
 from __future__ import annotations
 
