@@ -520,3 +520,16 @@ def test_runs_render_in_a_pool_with_the_same_files_and_errors(comparison_dir, mo
 
     with pytest.raises(ReportError, match="logs/config.yaml: file is missing"):
         render_runs([*runs, comparison_dir / "logs"])
+
+
+def test_a_rerendered_comparison_keeps_the_label_of_a_policy_run_with_its_own_params(tmp_path):
+    """`compare --policies static:k=3,static` names its rows by the spec; rendering the
+    directory again (`powertrip report`, or compare's own last step) must keep them apart."""
+    from powertrip.app.report.render import spec_label
+    from powertrip.core.config import RunConfig
+
+    params = RunConfig(policy="static", policy_params={"k": 3}).to_dict()
+    assert spec_label(tmp_path / "static-k3", params) == "static:k=3"
+    assert spec_label(tmp_path / "static", RunConfig(policy="static").to_dict()) == ""
+    adaptive = RunConfig(policy="adaptive", policy_params={"probe_cost": 0.2}).to_dict()
+    assert spec_label(tmp_path / "adaptive-probe_cost0.2", adaptive) == "adaptive:probe_cost=0.2"

@@ -30,6 +30,7 @@ from powertrip.app.report.run_plots import plot_run
 from powertrip.app.report.rundir import is_run_dir, load_run, run_subdirs, sweep_subdirs
 from powertrip.app.report.sweep import best_k, sweep_rows, write_sweep
 from powertrip.core.clocks import clock_kind
+from powertrip.core.policies import REGISTRY
 
 
 def detect(dir: str | Path) -> str:
@@ -145,9 +146,26 @@ def _fmt(value: Any) -> str:
     return "-" if value is None or value != value else f"{float(value):.4f}"
 
 
+def spec_label(run_dir: Path, config: dict) -> str:
+    """The `compare --policies` text a run directory was made from (`static:k=3` for
+    static-k3), so a policy run twice with other parameters keeps its row's name when the
+    report is rendered again; "" where the directory is the policy's name. The parameters
+    are those that differ from the policy's defaults today."""
+    policy = str(config.get("policy") or "")
+    if not policy or run_dir.name == policy:
+        return ""
+    cls = REGISTRY.get(policy)
+    defaults = cls.default_params if cls is not None else {}
+    params = config.get("policy_params") or {}
+    moved = [f"{k}={float(v):g}" for k, v in params.items() if defaults.get(k) != v]
+    return ":".join([policy, *moved]) if moved else run_dir.name
+
+
 def render_comparison(comp_dir: str | Path, objective: str = "time") -> Path:
     path = Path(comp_dir)
     runs = [load_run(d) for d in run_subdirs(path)]
+    for run in runs:
+        run.label = spec_label(run.path, run.config)
     if not runs:
         raise ReportError(f"{path}: no run directories (subdirectories with rounds.csv)")
     render_runs([run.path for run in runs])
