@@ -2,7 +2,9 @@
 for every federated policy, the same profiles and history give the same sites, whether the
 strategy decides or services/policy/selection.py does from the SelectSitesRequest the
 service would get. Also: profiles cross as Flower ConfigRecords and bad ones are refused,
-centralized policies are refused, an unknown policy name lists the valid ones.
+centralized policies are refused, an unknown policy name lists the valid ones. FedAvg's
+contract (waiting for nodes, k's bounds, a node's faults, the output):
+tests/unit/test_flower_fedavg_contract.py.
 The same comparison over a real Flower simulation and a real policy service process:
 tests/integration/test_flower_simulation.py."""
 
@@ -22,10 +24,19 @@ from powertrip.core.policies import ALIASES, REGISTRY, PolicyError  # noqa: E402
 from powertrip.v1 import common_pb2, policy_pb2  # noqa: E402
 from services.policy.config import PolicyConfig  # noqa: E402
 from services.policy.selection import select  # noqa: E402
+from tests.unit.flower_grid import as_server_app  # noqa: E402
 
 TAU_S, M, SEED = 60.0, 1.5e9, 3
 #: the policies that train one site on pooled data: a Flower federation has none
 CENTRALIZED = {"centralized", *ALIASES}
+
+
+@pytest.fixture
+def server_identity():
+    """The process identity a ServerApp has (Flower's Message() needs it)."""
+    undo = as_server_app()
+    yield
+    undo()
 
 
 def select_request(
@@ -175,20 +186,20 @@ def test_the_simulated_clock_charges_the_straggler_of_the_time_model():
     assert math.isclose(charged, expected, rel_tol=1e-12)
 
 
-def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing():
-    """No node answered the profile query in time (a loaded machine): configure_train sends
-    no message, and Flower's aggregate_train for that round must not fail on the missing
-    round log (it did: IndexError), nor log a round."""
+def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing(server_identity):
+    """The nodes are connected but none answers the profile query in time (a loaded
+    machine): configure_train sends no message, and Flower's aggregate_train for that round
+    must not fail on the missing round log (it did: IndexError), nor log a round."""
 
-    class NoNodes:
+    class SilentNodes:
         def get_node_ids(self):
-            return []
+            return [1, 2]
 
         def send_and_receive(self, messages, timeout=None):
             return []
 
     strategy = PowerTripStrategy("powertrip", tau_s=TAU_S, update_size_bytes=M)
-    assert list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), NoNodes())) == []
+    assert list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), SilentNodes())) == []
     assert strategy.aggregate_train(1, []) == (None, None)
     assert strategy.aggregate_evaluate(1, []) is None
     assert strategy.rounds == []
@@ -196,6 +207,6 @@ def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing():
     strategy.rounds.append(
         RoundLog(round=1, site_ids=["s"], node_ids=[7], predicted_round_time_s=1.0, explanation={})
     )
-    assert list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), NoNodes())) == []
+    assert list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), SilentNodes())) == []
     assert strategy.aggregate_train(2, []) == (None, None)
     assert strategy._round_log(2) is None and strategy._round_log(1) is strategy.rounds[0]

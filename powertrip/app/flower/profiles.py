@@ -3,39 +3,78 @@ ConfigRecord, Flower's own way of asking a node about itself (as `get_properties
 older API). The strategy asks every connected node at the start of each round, because a
 site's spare power changes from round to round (paper §3.1).
 
-On the ClientApp side:
+On the ClientApp side, one of:
 
-    app = ClientApp()
-    serve_profile(app, lambda context: SiteProfile(site_id=..., power_fraction=..., ...))
+    serve_profile(app)  # the profile from the node's node_config (`--node-config`)
+    serve_profile(app, lambda context: SiteProfile(power_fraction=0.4, latency_s=0.007,
+                                                   bandwidth_bytes_per_s=1.5e8))
+    serve_profile(app, lambda context: measure_profile("aggregator.example.org:443"))
+
+A profile that leaves `site_id` empty is named after the node (`node_config["site-id"]`, else
+`node-<Flower node id>`), so every node of a simulation, which all run one ClientApp, is a
+site of its own.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+
+from powertrip.core.timemodel import FIBER_SPEED_M_PER_S, METRES_PER_MILE
 
 #: the message type the strategy sends to ask for profiles (Flower's `query` type)
 PROFILE_QUERY = "query.powertrip_profile"
 #: the ConfigRecord's key in the reply
 PROFILE_KEY = "powertrip-profile"
+#: node_config keys a profile is read from (`flower-supernode --node-config '...'`)
+NODE_CONFIG_KEYS = {
+    "site-id": "site_id",
+    "power-fraction": "power_fraction",
+    "distance-miles": "distance_miles",
+    "latency-s": "latency_s",
+    "bandwidth-bytes-per-s": "bandwidth_bytes_per_s",
+    "alive": "alive",
+}
+REQUIRED = ("power_fraction", "latency_s", "bandwidth_bytes_per_s")
 
 
-@dataclass(frozen=True)
+def miles_from_latency(latency_s: float) -> float:
+    """The farthest a site can be for this one-way delay, at light's speed in fibre: the
+    distance the paper's distance baselines read when a node knows only its latency."""
+    return latency_s * FIBER_SPEED_M_PER_S / METRES_PER_MILE
+
+
+@dataclass(frozen=True, kw_only=True)
 class SiteProfile:
-    """A node's site, as the policy sees it (the fields of the proto's SiteProfile that the
-    policies read). `site_id` names the site in the policy's ranking and tie-breaks; it must
-    be unique among the nodes."""
+    """A node's site, as the policy sees it (the proto SiteProfile's fields the policies read).
 
-    site_id: str
-    power_fraction: float  # p_i(t) in [0, 1]: spare power now
-    distance_miles: float
-    latency_s: float  # one-way propagation delay
+    Units are SI: seconds, bytes per second, and power as a fraction. The one exception is
+    `distance_miles`, in miles because the paper's distance baselines (the 1,000-mile radius,
+    §5.3) are stated in miles; left out, it is `miles_from_latency(latency_s)`.
+
+      site_id: names the site in the policy's ranking and tie-breaks; unique among the nodes
+        (empty: `serve_profile` names it after the node).
+      power_fraction: p_i(t) in [0, 1], the share of its full power the site may draw now
+        (its power cap); local work takes tau / p_i.
+      latency_s: one-way propagation delay to the aggregator.
+      bandwidth_bytes_per_s: the link's throughput to the aggregator.
+      alive: False takes the site out of the choice without dropping the node.
+    """
+
+    site_id: str = ""
+    power_fraction: float
+    latency_s: float
     bandwidth_bytes_per_s: float
+    distance_miles: float | None = None
     alive: bool = True
+
+    def __post_init__(self) -> None:
+        if self.distance_miles is None and isinstance(self.latency_s, int | float):
+            object.__setattr__(self, "distance_miles", miles_from_latency(self.latency_s))
 
     def check(self) -> SiteProfile:
         """The same limits the policy service enforces, named by field."""
@@ -51,24 +90,71 @@ class SiteProfile:
                 raise ValueError(f"{self.site_id}: {name} must be finite and >= 0")
         return self
 
+    def named(self, site_id: str) -> SiteProfile:
+        """This profile under `site_id` when it has none of its own."""
+        if self.site_id:
+            return self
+        return SiteProfile(**{**asdict(self), "site_id": site_id})
+
     def to_record(self) -> ConfigRecord:
         return ConfigRecord(asdict(self))
 
     @classmethod
-    def from_record(cls, record: ConfigRecord) -> SiteProfile:
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(record) - {"alive"})
+    def from_values(cls, values: Mapping[str, object]) -> SiteProfile:
+        """From field names to values (a ConfigRecord, a parsed node_config): each value
+        converted to its field's type, a missing or unconvertible one named. Not `check`ed:
+        a caller may still have to name the site."""
+        missing = [name for name in REQUIRED if name not in values]
         if missing:
-            raise ValueError(f"profile record lacks {', '.join(missing)}")
-        values = {k: record[k] for k in names if k in record}
-        return cls(
-            site_id=str(values["site_id"]),
-            power_fraction=float(values["power_fraction"]),
-            distance_miles=float(values["distance_miles"]),
-            latency_s=float(values["latency_s"]),
-            bandwidth_bytes_per_s=float(values["bandwidth_bytes_per_s"]),
-            alive=bool(values.get("alive", True)),
-        ).check()
+            raise ValueError(f"profile lacks {', '.join(missing)}")
+        try:
+            distance = values.get("distance_miles")
+            return cls(
+                site_id=str(values.get("site_id", "")),
+                power_fraction=float(values["power_fraction"]),
+                latency_s=float(values["latency_s"]),
+                bandwidth_bytes_per_s=float(values["bandwidth_bytes_per_s"]),
+                distance_miles=None if distance is None else float(distance),
+                alive=_flag(values.get("alive", True)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"profile has a value of the wrong type: {exc}") from None
+
+    @classmethod
+    def from_record(cls, record: ConfigRecord) -> SiteProfile:
+        """The profile a node sent, checked (a node without a site id is refused: the
+        strategy names such a node before it gets here)."""
+        return cls.from_values(record).check()
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, object]) -> SiteProfile:
+        """From a SuperNode's node_config (`flower-supernode --node-config "power-fraction=0.4
+        latency-s=0.007 bandwidth-bytes-per-s=1.5e8"`; optional: `site-id`, `distance-miles`,
+        `alive`)."""
+        values = {field: node_config[key] for key, field in NODE_CONFIG_KEYS.items()
+                  if key in node_config}  # fmt: skip
+        try:
+            return cls.from_values(values)
+        except ValueError as exc:
+            keys = ", ".join(k for k, f in NODE_CONFIG_KEYS.items() if f in REQUIRED)
+            raise ValueError(f"node_config: {exc} (node_config needs {keys})") from None
+
+
+def _flag(value: object) -> bool:
+    """A bool from a record or a node_config, where "false" must not read as True."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("false", "0", "no", ""):
+            return False
+        if value.strip().lower() in ("true", "1", "yes"):
+            return True
+        raise ValueError(f"alive: {value!r} is not true or false")
+    return bool(value)
+
+
+def node_site_id(context: Context) -> str:
+    """The site id of a node that gives none: its node_config's `site-id`, else its Flower
+    node id, which is unique among the nodes of a run."""
+    return str(context.node_config.get("site-id") or f"node-{context.node_id}")
 
 
 def profile_reply(message: Message, profile: SiteProfile) -> Message:
@@ -76,10 +162,15 @@ def profile_reply(message: Message, profile: SiteProfile) -> Message:
     return Message(RecordDict({PROFILE_KEY: profile.check().to_record()}), reply_to=message)
 
 
-def serve_profile(app: ClientApp, profile_of: Callable[[Context], SiteProfile]) -> None:
+def serve_profile(
+    app: ClientApp, profile_of: Callable[[Context], SiteProfile] | None = None
+) -> None:
     """Register the profile query on a ClientApp: `profile_of(context)` gives this node's
-    site now (e.g. from its node_config, a power trace, or NVML)."""
+    site now (from a power trace, `measure_profile`, ...); without it, the node_config's. A
+    profile without a site id is named by `node_site_id`. A profile that cannot be made
+    raises, which Flower sends back as an error reply: the strategy leaves the node out."""
+    read = profile_of or (lambda context: SiteProfile.from_node_config(context.node_config))
 
     @app.query("powertrip_profile")
     def _profile(message: Message, context: Context) -> Message:
-        return profile_reply(message, profile_of(context))
+        return profile_reply(message, read(context).named(node_site_id(context)))

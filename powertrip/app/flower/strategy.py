@@ -1,15 +1,20 @@
 """`PowerTripStrategy`: Flower's FedAvg with PowerTrip choosing which nodes train each round.
 
 Each round it
-1. asks every connected node for its site profile (a `query` message, profiles.py): power,
-   distance, latency, bandwidth;
+1. waits, as FedAvg does, until `min_available_nodes` nodes are connected, then asks every
+   connected node for its site profile (a `query` message, profiles.py): power, latency,
+   bandwidth. A node that does not answer, or answers with a malformed profile or another
+   node's site id, sits the round out (a warning says why);
 2. builds the same `Context` the policy service builds from a SelectSites request (the site
    table with Eq. 3's communication times for update size M, tau, the history of finished
    rounds) and calls the named policy's `select`: the library code the service runs, not a
    copy, so the choice equals the service's for the same profiles and history (tested);
-3. sends the train messages to the chosen nodes only, and FedAvg-aggregates their replies;
-4. records the round for the policy's history: k, the sites in rank order, the round time
-   and the accuracy (a centralized `evaluate_fn`'s, else the federated evaluation's).
+3. bounds k as FedAvg bounds its sample: at most `fraction_train` of the nodes that
+   answered, at least `min_train_nodes` (which wins, as in FedAvg);
+4. sends the train messages to the chosen nodes only, and FedAvg-aggregates their replies;
+5. records the round for the policy's history (k, the sites in rank order, the round time,
+   the accuracy under `accuracy_key`: a centralized `evaluate_fn`'s, else the federated
+   evaluation's), and writes it to `out_dir`'s decisions.jsonl.
 
 The round time the policy learns from is, with `clock="simulated"` (the default), the
 PowerTrip time model's charge for the chosen sites, as the services' simulated clock charges
@@ -23,22 +28,21 @@ sites (a profile's `alive` says it), and evaluation is whatever the ServerApp gi
 
 from __future__ import annotations
 
-import csv
 import math
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from logging import INFO
+from collections.abc import Callable, Iterable, Mapping
+from logging import INFO, WARNING
 from pathlib import Path
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
-from flwr.server import Grid
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result
 
 from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile
-from powertrip.core.policies import CENTRALIZED, Context, Decision, PastRound, SiteTable
+from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
+from powertrip.core.policies import CENTRALIZED, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
 from powertrip.core.policies.base import ESTIMATORS, param_number
 from powertrip.core.timemodel import WORK_MODELS
@@ -46,40 +50,9 @@ from powertrip.core.timemodel import WORK_MODELS
 CLOCKS = ("simulated", "wall")
 
 
-@dataclass
-class RoundLog:
-    """One round as the strategy saw it: what the policy decided and what came of it."""
-
-    round: int
-    site_ids: list[str]  # the chosen sites, in the policy's rank order
-    node_ids: list[int]
-    predicted_round_time_s: float
-    explanation: dict
-    round_time_s: float = math.nan
-    sim_time_s: float = math.nan  # cumulative, on the strategy's clock
-    accuracy: float = math.nan
-    delivered: int = 0
-    profiles: list[SiteProfile] = field(default_factory=list)  # what the policy saw
-    #: each chosen site's own time on the time model, in rank order (`site_times_s`)
-    site_time_s: list[float] = field(default_factory=list)
-    # what each site that delivered reported (the services' RoundRecord; Oort reads them)
-    reported_site_ids: list[str] = field(default_factory=list)
-    site_train_loss: list[float] = field(default_factory=list)
-    site_num_samples: list[int] = field(default_factory=list)
-    site_duration_s: list[float] = field(default_factory=list)
-
-    def past_round(self) -> PastRound:
-        return PastRound(
-            round=self.round,
-            k=len(self.site_ids),
-            accuracy=0.0 if math.isnan(self.accuracy) else self.accuracy,
-            round_time_s=self.round_time_s,
-            site_ids=tuple(self.site_ids),
-            reported_site_ids=tuple(self.reported_site_ids),
-            site_train_loss=tuple(self.site_train_loss),
-            site_num_samples=tuple(self.site_num_samples),
-            site_duration_s=tuple(self.site_duration_s),
-        )
+def one_line_reason(explanation: Mapping) -> str:
+    """The policy's own reason for its k, else the rule it applies."""
+    return str(explanation.get("reason") or explanation.get("rule") or "")
 
 
 class PowerTripStrategy(FedAvg):
@@ -89,17 +62,31 @@ class PowerTripStrategy(FedAvg):
       policy: a PowerTrip policy by name (`powertrip policies`); centralized ones are refused
         (they train one site on pooled data, which a Flower federation does not have).
       policy_params: its parameters, e.g. {"k": 5} or {"gain": "separable"}.
-      tau_s: modelled local work at full power (seconds), the policy's tau.
+      tau_s: the seconds one round's local work takes a site at full power (p = 1): the
+        policy's tau; a site at power fraction p takes tau / p.
       update_size_bytes: M in Eq. 3; default: the bytes of the model's arrays.
       comm_directions: 2 (model down and update up, the services' default) or 1.
       estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...).
       seed: the policy's seed (random-k and Oort draw from (seed, round)).
       clock: `simulated` (the time model's charge) or `wall` (measured).
-      accuracy_key: the MetricRecord key that holds accuracy (centralized evaluation first).
+      accuracy_key: the MetricRecord key read for accuracy (centralized evaluation first);
+        when no round's metrics carry it, a warning says so once.
       loss_key: the train reply's MetricRecord key with the node's mean training loss (Oort's
         utility reads it, with the FedAvg weight `weighted_by_key`).
       target_accuracy: reported to the policy as the services do (it never stops the run).
+      profile_timeout_s: how long each round's profile query waits for the nodes.
+      out_dir: where decisions.jsonl and rounds.csv go (None: nowhere); `start` refuses a
+        directory that holds an earlier run's.
+
+    FedAvg's sampling options keep their meaning: `min_available_nodes` (default 2, as
+    FedAvg's) nodes must be connected before a round's profile query; `fraction_train` caps k
+    at that share of the nodes that answered and `min_train_nodes` raises k to at least that
+    many (the fastest sites on the time model fill it up). `min_train_nodes` defaults to 1,
+    not FedAvg's 2, so that by default k is the policy's alone.
     """
+
+    #: seconds between two looks at the connected nodes while too few are (FedAvg's: 1 s)
+    node_poll_s: float = 1.0
 
     def __init__(
         self,
@@ -117,11 +104,17 @@ class PowerTripStrategy(FedAvg):
         loss_key: str = "train_loss",
         target_accuracy: float = math.inf,
         profile_timeout_s: float = 60.0,
+        out_dir: str | Path | None = None,
+        fraction_train: float = 1.0,
+        min_train_nodes: int = 1,
+        min_available_nodes: int = 2,
         **fedavg_options,
     ) -> None:
-        fedavg_options.setdefault("min_train_nodes", 1)
-        fedavg_options.setdefault("min_available_nodes", 1)
-        super().__init__(**fedavg_options)
+        _check_sampling(fraction_train, min_train_nodes, min_available_nodes)
+        super().__init__(
+            fraction_train=fraction_train, min_train_nodes=min_train_nodes,
+            min_available_nodes=min_available_nodes, **fedavg_options,
+        )  # fmt: skip
         self.policy = _get_policy(policy)  # an unknown name fails here, listing the valid ones
         self.policy_name = policy
         self.params = {k: param_number(k, v) for k, v in (policy_params or {}).items()}
@@ -135,6 +128,8 @@ class PowerTripStrategy(FedAvg):
             raise ValueError(f"work_model {work_model!r} is not one of {', '.join(WORK_MODELS)}")
         if clock not in CLOCKS:
             raise ValueError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
+        if not accuracy_key:
+            raise ValueError("accuracy_key must name a MetricRecord key")
         self.tau_s = float(tau_s)
         self.update_size_bytes = update_size_bytes
         self.comm_directions = comm_directions
@@ -146,34 +141,68 @@ class PowerTripStrategy(FedAvg):
         self.loss_key = loss_key
         self.target_accuracy = target_accuracy
         self.profile_timeout_s = profile_timeout_s
+        self.output = RunOutput(out_dir) if out_dir is not None else None
         self.rounds: list[RoundLog] = []
         self._round_started = 0.0
+        self._metric_keys_seen: set[str] = set()
+        self._warned_no_accuracy = False
+        self._output_open = False
 
-    # ---- the decision ----------------------------------------------------------------
     def summary(self) -> None:
         super().summary()
-        log(INFO, "\t└──> PowerTrip: policy %s %s, clock %s, tau %.3g s",
-            self.policy_name, self.params or "", self.clock, self.tau_s)  # fmt: skip
+        log(INFO, "\t└──> PowerTrip: policy %s%s, clock %s, tau %.3g s, accuracy from "
+            "MetricRecord key '%s', output %s", self.policy_name,
+            f" {self.params}" if self.params else "", self.clock, self.tau_s,
+            self.accuracy_key, self.output.directory if self.output else "none")  # fmt: skip
 
-    def profiles(self, grid: Grid) -> dict[int, SiteProfile]:
-        """Every connected node's profile, asked now (node id -> profile)."""
-        node_ids = sorted(grid.get_node_ids())
-        query = [Message(RecordDict(), dst_node_id=n, message_type=PROFILE_QUERY) for n in node_ids]
+    # ---- the nodes and their profiles ------------------------------------------------
+    def wait_for_nodes(self, grid: Grid) -> list[int]:
+        """The connected nodes, once there are `min_available_nodes` (and `min_train_nodes`)
+        of them: FedAvg's wait, so round 1 does not start before the nodes have."""
+        need = max(self.min_available_nodes, self.min_train_nodes)
+        said = -1.0
+        while len(nodes := sorted(grid.get_node_ids())) < need:
+            if time.monotonic() - said >= 10.0 or said < 0:
+                log(INFO, "PowerTrip: waiting for nodes to connect: %d connected (minimum "
+                    "required: %d)", len(nodes), need)  # fmt: skip
+                said = time.monotonic()
+            time.sleep(self.node_poll_s)
+        return nodes
+
+    def profiles(self, grid: Grid, node_ids: Iterable[int] | None = None):
+        """Each node's profile, asked now: ({node id: profile}, {node id: why it is out}).
+        A node that does not answer in time, answers with an error or a malformed profile,
+        or reports a site id a lower node id already reported, is out for this round."""
+        asked = sorted(grid.get_node_ids() if node_ids is None else node_ids)
+        query = [Message(RecordDict(), dst_node_id=n, message_type=PROFILE_QUERY) for n in asked]
         found: dict[int, SiteProfile] = {}
+        dropped: dict[int, str] = {}
         for reply in grid.send_and_receive(query, timeout=self.profile_timeout_s):
             node = reply.metadata.src_node_id
             if reply.has_error():
-                log(INFO, "PowerTrip: node %d gave no profile: %s", node, reply.error.reason)
+                dropped[node] = f"no profile: {reply.error.reason}"
                 continue
             try:
-                found[node] = SiteProfile.from_record(reply.content[PROFILE_KEY])
-            except (KeyError, ValueError) as exc:
-                log(INFO, "PowerTrip: node %d sent a bad profile: %s", node, exc)
-        sites = [p.site_id for p in found.values()]
-        if len(set(sites)) != len(sites):
-            raise ValueError(f"two nodes report the same site_id: {sorted(sites)}")
-        return found
+                record = reply.content.config_records[PROFILE_KEY]
+                profile = SiteProfile.from_values(record).named(f"node-{node}").check()
+            except (KeyError, TypeError, ValueError) as exc:
+                dropped[node] = f"malformed profile: {exc}"
+                continue
+            found[node] = profile
+        for node in asked:
+            if node not in found and node not in dropped:
+                dropped[node] = f"no profile within {self.profile_timeout_s:g} s"
+        owner: dict[str, int] = {}
+        for node in sorted(found):
+            site = found[node].site_id
+            if site in owner:
+                dropped[node] = f"site_id {site!r} is node {owner[site]}'s too"
+                del found[node]
+            else:
+                owner[site] = node
+        return found, dropped
 
+    # ---- the decision ----------------------------------------------------------------
     def context(self, profiles: list[SiteProfile], server_round: int, model_bytes: float):
         """The policy's Context, as services/policy/selection.py builds it from a request."""
         size = model_bytes if self.update_size_bytes is None else self.update_size_bytes
@@ -201,6 +230,7 @@ class PowerTripStrategy(FedAvg):
         )
 
     def decide(self, ctx: Context) -> Decision:
+        """The policy's own choice, unbounded (what the policy service would answer)."""
         decision = self.policy.select(ctx)
         if decision.mode == CENTRALIZED:
             raise ValueError(
@@ -209,36 +239,64 @@ class PowerTripStrategy(FedAvg):
             )
         return decision
 
+    def bound(self, ctx: Context, order: np.ndarray) -> tuple[np.ndarray, str]:
+        """The policy's ranked sites with k within FedAvg's bounds, and what was changed:
+        at most int(fraction_train x the sites), at least min_train_nodes (which wins, as in
+        FedAvg; never more than the sites that are alive). Sites added to reach the minimum
+        are the fastest left on the time model (tau / p_i + T_comm,i), ties by site id."""
+        t, order = ctx.table, np.asarray(order, dtype=np.int64)
+        lower = min(self.min_train_nodes, t.num_alive)
+        upper = max(int(len(t) * self.fraction_train), lower)
+        if len(order) > upper:
+            note = f"k {len(order)} capped at {upper} by fraction_train={self.fraction_train:g}"
+            return order[:upper], note
+        if len(order) < lower:
+            rest = t.alive_by_id[~np.isin(t.alive_by_id, order)]
+            times = self.tau_s / t.power[rest] + t.comm_s[rest]
+            extra = rest[np.argsort(times, kind="stable")][: lower - len(order)]
+            note = f"k {len(order)} raised to {lower} by min_train_nodes={self.min_train_nodes}"
+            return np.concatenate([order, extra]), note
+        return order, ""
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        by_node = self.profiles(grid)
+        if self.fraction_train == 0.0:  # FedAvg's meaning (it warned at construction)
+            return []
+        self._finish_rounds_before(server_round)
+        by_node, dropped = self.profiles(grid, self.wait_for_nodes(grid))
+        for node, why in sorted(dropped.items()):
+            log(WARNING, "PowerTrip: node %d sits out round %d: %s", node, server_round, why)
         if not by_node:
-            log(INFO, "PowerTrip: no node reported a profile within %.0f s; no training in "
-                "round %d", self.profile_timeout_s, server_round)  # fmt: skip
+            log(WARNING, "PowerTrip: no node gave a usable profile; no training in round %d",
+                server_round)  # fmt: skip
             return []
         nodes = sorted(by_node, key=lambda n: by_node[n].site_id)
         profiles = [by_node[n] for n in nodes]
         model_bytes = float(sum(a.numpy().nbytes for a in arrays.values()))
         ctx = self.context(profiles, server_round, model_bytes)
         decision = self.decide(ctx)
-        chosen = [nodes[i] for i in decision.order.tolist()]
+        order, bounded = self.bound(ctx, decision.order)
+        if len(order) == 0:
+            log(WARNING, "PowerTrip: no alive site to train in round %d", server_round)
+            return []
+        predicted = decision.predicted_round_time_s
+        if bounded:
+            predicted = float(ctx.round_time_estimates(order)[-1])
+        reason = "; ".join(r for r in (one_line_reason(decision.explanation), bounded) if r)
+        chosen = [nodes[i] for i in order.tolist()]
         self.rounds.append(RoundLog(
-            round=server_round,
-            site_ids=[by_node[n].site_id for n in chosen],
-            node_ids=chosen,
-            predicted_round_time_s=decision.predicted_round_time_s,
-            explanation=decision.explanation,
-            profiles=profiles,
-            site_time_s=self.site_times_s(ctx, decision.order),
+            round=server_round, site_ids=[by_node[n].site_id for n in chosen], node_ids=chosen,
+            predicted_round_time_s=predicted, explanation=decision.explanation, reason=reason,
+            profiles=profiles, dropped=dropped, site_time_s=self.site_times_s(ctx, order),
         ))  # fmt: skip
-        log(INFO, "configure_train: PowerTrip %s chose k=%d of %d sites: %s",
-            self.policy_name, len(chosen), len(nodes),
-            ", ".join(self.rounds[-1].site_ids[:10]))  # fmt: skip
+        log(INFO, "configure_train: PowerTrip %s chose k=%d of %d nodes, predicted round "
+            "time %.1f s: %s", self.policy_name, len(chosen), len(nodes), predicted,
+            reason or "(no reason given)")  # fmt: skip
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._round_started = time.monotonic()
-        return self._construct_messages(record, chosen, MessageType.TRAIN)
+        return [Message(record, dst_node_id=n, message_type=MessageType.TRAIN) for n in chosen]
 
     # ---- what came of it -------------------------------------------------------------
     def site_times_s(self, ctx: Context, order: np.ndarray) -> list[float]:
@@ -256,7 +314,7 @@ class PowerTripStrategy(FedAvg):
         arrays, metrics = super().aggregate_train(server_round, replies)
         last = self._round_log(server_round)
         if last is None:
-            # configure_train sent nothing this round (no node reported a profile in time):
+            # configure_train sent nothing this round (no node gave a usable profile):
             # Flower still asks for an aggregate; there is none, and no round to log
             return arrays, metrics
         site_of = dict(zip(last.node_ids, last.site_ids, strict=True))
@@ -283,46 +341,92 @@ class PowerTripStrategy(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         metrics = super().aggregate_evaluate(server_round, replies)
-        logged = self._round_log(server_round)
-        if metrics is not None and self.accuracy_key in metrics and logged is not None:
-            if math.isnan(logged.accuracy):  # a centralized evaluation wins
-                logged.accuracy = float(metrics[self.accuracy_key])
+        self._keep_accuracy(server_round, metrics, centralized=False)
         return metrics
 
+    def _keep_accuracy(self, server_round: int, metrics, centralized: bool) -> None:
+        """This round's accuracy for the policy's history: a centralized evaluation's
+        overrides the federated one's."""
+        if metrics is None:
+            return
+        self._metric_keys_seen.update(metrics)
+        logged = self._round_log(server_round)
+        if logged is not None and self.accuracy_key in metrics:
+            if centralized or math.isnan(logged.accuracy):
+                logged.accuracy = float(metrics[self.accuracy_key])
+
     def _round_log(self, server_round: int) -> RoundLog | None:
-        """This round's log; None when the round trained nothing (no node reported a
-        profile in time), so its evaluation is not written into an earlier round's."""
+        """This round's log; None when the round trained nothing (no node gave a usable
+        profile), so its evaluation is not written into an earlier round's."""
         last = self.rounds[-1] if self.rounds else None
         return last if last is not None and last.round == server_round else None
 
-    def start(self, grid, initial_arrays, num_rounds=3, timeout=3600, train_config=None,
-              evaluate_config=None, evaluate_fn=None):  # fmt: skip
-        """Flower's loop, with a centralized `evaluate_fn`'s accuracy kept for the history."""
+    def _finish_rounds_before(self, server_round: int) -> None:
+        """The rounds before this one are complete: warn if accuracy did not reach the
+        policy, and write them out."""
+        done = [r for r in self.rounds if r.round < server_round]
+        missing = [r.round for r in done if math.isnan(r.accuracy)]
+        if missing and not self._warned_no_accuracy:
+            self._warned_no_accuracy = True
+            seen = ", ".join(sorted(self._metric_keys_seen)) or "none"
+            log(WARNING, "PowerTrip: no accuracy reached the policy for round %d: it reads "
+                "the MetricRecord key '%s' from evaluate_fn's result or the federated "
+                "evaluation (keys seen: %s), and reads a missing one as 0, so an "
+                "accuracy-driven policy keeps k where it is. Give start() an evaluate_fn, "
+                "or set accuracy_key to the key your evaluation reports. (Said once.)",
+                missing[0], self.accuracy_key, seen)  # fmt: skip
+        if self.output is not None and done:
+            self._open_output().write(done)
+
+    def _open_output(self) -> RunOutput:
+        assert self.output is not None
+        if not self._output_open:
+            self.output.open()
+            self._output_open = True
+            log(INFO, "PowerTrip: decisions.jsonl and rounds.csv go to %s",
+                self.output.directory)  # fmt: skip
+        return self.output
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Flower's loop, unchanged, with three additions that need the whole run: the
+        output directory is claimed before round 1 (an earlier run's is refused, not
+        overwritten), a centralized `evaluate_fn`'s accuracy reaches the policy's history,
+        and the last round is written out when the loop ends."""
+        if self.output is not None:
+            self._open_output()
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
             metrics = evaluate_fn(server_round, arrays)
-            logged = self._round_log(server_round)
-            if metrics is not None and self.accuracy_key in metrics and logged is not None:
-                logged.accuracy = float(metrics[self.accuracy_key])
+            self._keep_accuracy(server_round, metrics, centralized=True)
             return metrics
 
-        return super().start(
+        result = super().start(
             grid, initial_arrays, num_rounds=num_rounds, timeout=timeout,
             train_config=train_config, evaluate_config=evaluate_config,
             evaluate_fn=evaluate if evaluate_fn else None,
         )  # fmt: skip
+        self._finish_rounds_before(num_rounds + 1)
+        return result
 
     def write_rounds(self, path: str | Path) -> Path:
-        """rounds.csv in the services' column names (round, k, sites, round_time_s,
-        sim_time_s, accuracy, predicted_round_time_s): a time-to-accuracy curve."""
-        path = Path(path)
-        with path.open("w", newline="") as out:
-            writer = csv.writer(out)
-            writer.writerow(["round", "k", "sites", "round_time_s", "sim_time_s", "accuracy",
-                             "predicted_round_time_s", "delivered"])  # fmt: skip
-            for r in self.rounds:
-                writer.writerow([r.round, len(r.site_ids), ";".join(r.site_ids),
-                                 f"{r.round_time_s:.6f}", f"{r.sim_time_s:.6f}",
-                                 f"{r.accuracy:.6f}", f"{r.predicted_round_time_s:.6f}",
-                                 r.delivered])  # fmt: skip
-        return path
+        """rounds.csv at `path` (out_dir writes it too): a time-to-accuracy curve."""
+        return write_rounds_csv(self.rounds, path)
+
+
+def _check_sampling(fraction_train: float, min_train_nodes: int, min_available_nodes: int):
+    """FedAvg takes these unchecked; here each bounds k, so a value that cannot is refused."""
+    if not (isinstance(fraction_train, int | float) and 0.0 <= fraction_train <= 1.0):
+        raise ValueError(f"fraction_train must be in [0, 1], got {fraction_train!r}")
+    for name, value, least in (("min_train_nodes", min_train_nodes, 1),
+                               ("min_available_nodes", min_available_nodes, 0)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")

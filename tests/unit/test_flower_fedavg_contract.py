@@ -1,0 +1,250 @@
+"""PowerTripStrategy keeps Flower's FedAvg contract (issue 61), run through Flower's own
+`Strategy.start` loop over a stub Grid (tests/unit/flower_grid.py: Flower's Grid interface,
+real ClientApps called in-process, nodes that connect after the ServerApp has started):
+
+* round 1 waits for `min_available_nodes`, on every one of 10 repeats;
+* `fraction_train` and `min_train_nodes` bound k, and values that cannot are refused;
+* a node's duplicate or malformed profile drops that node for the round, not the run;
+* a run whose accuracy never reaches the policy warns once, naming the key it reads;
+* each round's INFO line carries k, the predicted round time and the policy's reason;
+* decisions.jsonl is written, and an earlier run's is never overwritten;
+* no FedAvg private method is called.
+
+A real Flower simulation of the same (Ray): tests/integration/test_flower_example.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr", reason="Flower is not installed: pip install -e '.[flower]'")
+
+from flwr.app import MetricRecord  # noqa: E402
+
+from powertrip.app.flower import PowerTripStrategy, SiteProfile, read_decisions  # noqa: E402
+from tests.unit.flower_grid import (  # noqa: E402
+    FlowerLog,
+    StubGrid,
+    as_server_app,
+    client_app,
+    nodes,
+    profile_from_index,
+    tiny_arrays,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def server_identity():
+    undo = as_server_app()
+    yield
+    undo()
+
+
+@pytest.fixture
+def flower_log():
+    handler = FlowerLog()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+
+
+def strategy(policy: str = "powertrip", params: dict | None = None, **options):
+    made = PowerTripStrategy(policy, params, tau_s=60.0, fraction_evaluate=0.0, **options)
+    made.node_poll_s = 0.005
+    return made
+
+
+def accuracy(server_round: int, _arrays) -> MetricRecord:
+    return MetricRecord({"accuracy": 0.1 * server_round})
+
+
+@pytest.mark.parametrize("repeat", range(10))
+def test_round_one_waits_for_min_available_nodes_that_connect_late(repeat):
+    """The nodes connect one by one after start() (as in the issue: 0 nodes at t = 0, all
+    of them 0.5 s later). Round 1 asks all min_available_nodes of them for profiles and
+    trains; with the `all` policy it trains exactly min_available_nodes nodes."""
+    n = 6
+    late = [0.01 * (i + 1) + 0.002 * repeat for i in range(n)]
+    for policy, trained in (("powertrip", None), ("all", n)):
+        grid = StubGrid(client_app(), nodes(n), online_after_s=late)
+        assert list(grid.get_node_ids()) == []  # nothing connected when the ServerApp starts
+        run = strategy(policy, min_available_nodes=n)
+        run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+        first = run.rounds[0]
+        assert first.round == 1 and len(first.profiles) == n and first.delivered >= 1
+        assert len(grid.trained()) == (trained or len(first.site_ids))
+        assert first.delivered == len(first.site_ids)
+
+
+def test_fraction_train_caps_k_and_min_train_nodes_raises_it():
+    n = 10
+    # the `all` policy wants 10: fraction_train=0.3 caps it at 3, the first 3 of its ranking
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("all", fraction_train=0.3, min_available_nodes=n)
+    run.start(grid, tiny_arrays(), num_rounds=2, evaluate_fn=accuracy)
+    assert [len(r.site_ids) for r in run.rounds] == [3, 3]
+    assert len(grid.trained()) == 6
+    assert "capped at 3 by fraction_train=0.3" in run.rounds[0].reason
+    # static k=2 is raised to min_train_nodes=5 with the fastest remaining sites
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("static", {"k": 2}, min_train_nodes=5, min_available_nodes=n)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    first = run.rounds[0]
+    assert len(first.site_ids) == 5 and "raised to 5 by min_train_nodes=5" in first.reason
+    ctx = run.context(first.profiles, 1, model_bytes=60.0)  # tiny_arrays: 15 float32
+    estimate = ctx.round_time_estimates(ctx.table.rows_of(first.site_ids))[-1]
+    assert first.predicted_round_time_s == pytest.approx(estimate)  # T-hat of the 5
+    # min_train_nodes wins over fraction_train, as in FedAvg
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("all", fraction_train=0.1, min_train_nodes=4, min_available_nodes=n)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    assert len(run.rounds[0].site_ids) == 4
+    # within the bounds, the policy's k stands
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("static", {"k": 3}, fraction_train=0.5, min_train_nodes=2)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    assert len(run.rounds[0].site_ids) == 3 and "fraction_train" not in run.rounds[0].reason
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"fraction_train": 1.5}, r"fraction_train must be in \[0, 1\], got 1.5"),
+        ({"fraction_train": -0.1}, r"fraction_train must be in \[0, 1\]"),
+        ({"min_train_nodes": 0}, "min_train_nodes must be a whole number >= 1, got 0"),
+        ({"min_train_nodes": 2.5}, "min_train_nodes must be a whole number >= 1"),
+        ({"min_available_nodes": -1}, "min_available_nodes must be a whole number >= 0"),
+        ({"accuracy_key": ""}, "accuracy_key must name a MetricRecord key"),
+    ],
+)
+def test_sampling_options_that_cannot_bound_k_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        PowerTripStrategy("powertrip", **options)
+
+
+def test_min_available_nodes_defaults_to_fedavgs():
+    from flwr.serverapp.strategy import FedAvg
+
+    assert PowerTripStrategy().min_available_nodes == FedAvg().min_available_nodes == 2
+
+
+def test_a_duplicate_site_id_drops_a_node_and_the_run_finishes(flower_log):
+    """Every node runs one ClientApp; two of them claim the same site id (the README's old
+    fixed `site_id="site-003"`). The lower node id keeps it; the other sits each round out
+    with a warning, and the run goes on."""
+    configs = nodes(5)
+    configs[1]["site-id"] = configs[3]["site-id"] = "site-003"
+    grid = StubGrid(client_app(), configs)
+    run = strategy("all", min_available_nodes=5)
+    result = run.start(grid, tiny_arrays(), num_rounds=2, evaluate_fn=accuracy)
+    dup = grid.node_ids[3]
+    assert len(result.train_metrics_clientapp) == 2
+    for r in run.rounds:
+        assert len(r.profiles) == 4 and dup not in r.node_ids
+        assert r.dropped == {dup: f"site_id 'site-003' is node {grid.node_ids[1]}'s too"}
+    warnings = flower_log.lines(logging.WARNING)
+    assert f"PowerTrip: node {dup} sits out round 1: site_id 'site-003' is node" in warnings[-2]
+
+
+def test_a_malformed_profile_or_a_failing_node_drops_only_that_node(flower_log):
+    def profile(context):
+        i = int(context.node_config["partition-id"])
+        if i == 1:
+            return SiteProfile(power_fraction=1.7, latency_s=0.01, bandwidth_bytes_per_s=1e8)
+        if i == 2:
+            raise RuntimeError("no power reading")
+        return profile_from_index(context)
+
+    grid = StubGrid(client_app(profile), nodes(4))
+    run = strategy("all", min_available_nodes=4)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    first = run.rounds[0]
+    assert sorted(first.node_ids) == [grid.node_ids[0], grid.node_ids[3]]
+    assert "power_fraction must be in [0, 1]" in first.dropped[grid.node_ids[1]]
+    assert "no power reading" in first.dropped[grid.node_ids[2]]
+
+
+def test_a_run_without_accuracy_warns_once_naming_the_key(flower_log):
+    grid = StubGrid(client_app(), nodes(4))
+    run = strategy("powertrip", min_available_nodes=4, accuracy_key="acc")
+    run.start(grid, tiny_arrays(), num_rounds=3, evaluate_fn=accuracy)  # reports "accuracy"
+    said = [line for line in flower_log.lines(logging.WARNING) if "no accuracy" in line]
+    assert len(said) == 1
+    assert "MetricRecord key 'acc'" in said[0] and "keys seen: accuracy" in said[0]
+    # with the key it reads, no warning, and the policy's history has the accuracy
+    flower_log.records.clear()
+    grid = StubGrid(client_app(), nodes(4))
+    run = strategy("powertrip", min_available_nodes=4)
+    run.start(grid, tiny_arrays(), num_rounds=2, evaluate_fn=accuracy)
+    assert not [line for line in flower_log.lines(logging.WARNING) if "no accuracy" in line]
+    assert [r.accuracy for r in run.rounds] == pytest.approx([0.1, 0.2])
+
+
+def test_the_info_line_and_decisions_jsonl_and_no_overwrite(tmp_path, flower_log):
+    out = tmp_path / "run"
+    grid = StubGrid(client_app(), nodes(5))
+    run = strategy("powertrip", min_available_nodes=5, out_dir=out)
+    run.start(grid, tiny_arrays(), num_rounds=3, evaluate_fn=accuracy)
+    line = re.compile(
+        r"configure_train: PowerTrip powertrip chose k=(\d+) of 5 nodes, predicted round "
+        r"time [\d.]+ s: \S.*"
+    )
+    said = [m for m in map(line.fullmatch, flower_log.lines(logging.INFO)) if m]
+    assert [int(m.group(1)) for m in said] == [len(r.site_ids) for r in run.rounds]
+    decided = read_decisions(out / "decisions.jsonl")
+    assert [d["round"] for d in decided] == [1, 2, 3]
+    assert [d["accuracy"] for d in decided] == pytest.approx([0.1, 0.2, 0.3])
+    assert all(d["reason"] and d["k"] == len(d["site_ids"]) for d in decided)
+    assert decided[2]["history"][1]["site_ids"] == decided[1]["site_ids"]
+    assert (out / "rounds.csv").read_text().count("\n") == 4
+    json.loads((out / "decisions.jsonl").read_text().splitlines()[0])  # strict JSON
+    # a second run into the same directory is refused before round 1, files untouched
+    before = (out / "decisions.jsonl").read_text()
+    grid = StubGrid(client_app(), nodes(5))
+    again = strategy("powertrip", min_available_nodes=5, out_dir=out)
+    with pytest.raises(FileExistsError, match="already holds decisions.jsonl"):
+        again.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    assert grid.sent == [] and (out / "decisions.jsonl").read_text() == before
+
+
+def test_no_private_fedavg_method_is_called():
+    """Only Flower's public API: no `_construct_messages`, `_check_and_log_replies`, ..."""
+    source = "\n".join(p.read_text() for p in (REPO / "powertrip").rglob("*.py"))
+    flower = "\n".join(p.read_text() for p in (REPO / "powertrip/app/flower").rglob("*.py"))
+    assert "_construct_messages" not in source
+    assert not re.search(r"super\(\)\._(?!_)|self\._check_and_log_replies", flower)
+
+
+def test_site_ids_default_per_node_and_profiles_come_from_node_config():
+    def bare(context):  # a profile without a site id, as the README's snippet gives it
+        return SiteProfile(power_fraction=0.5, latency_s=0.01, bandwidth_bytes_per_s=1e8)
+
+    grid = StubGrid(client_app(bare), nodes(4))
+    run = strategy("all", min_available_nodes=4)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    assert sorted(p.site_id for p in run.rounds[0].profiles) == [
+        f"node-{n}" for n in sorted(grid.node_ids)
+    ]
+    config = {"site-id": "lyon", "power-fraction": 0.4, "latency-s": 0.007,
+              "bandwidth-bytes-per-s": 1.5e8, "alive": "false"}  # fmt: skip
+    profile = SiteProfile.from_node_config(config)
+    assert (profile.site_id, profile.power_fraction, profile.alive) == ("lyon", 0.4, False)
+    assert profile.distance_miles == pytest.approx(0.007 * 2.99792458e8 * 2 / 3 / 1609.344)
+    with pytest.raises(ValueError, match="node_config: profile lacks latency_s"):
+        SiteProfile.from_node_config({"power-fraction": 0.4, "bandwidth-bytes-per-s": 1e8})
+    # serve_profile() alone reads node_config; a node without it sits out, named
+    configs = nodes(3)
+    configs[0].update({"power-fraction": 0.9, "latency-s": 0.001, "bandwidth-bytes-per-s": 1e9})
+    configs[1].update({"power-fraction": 0.5, "latency-s": 0.02, "bandwidth-bytes-per-s": 1e8})
+    grid = StubGrid(client_app(None), configs)
+    run = strategy("all", min_available_nodes=3)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    assert len(run.rounds[0].profiles) == 2
+    assert "needs power-fraction, latency-s" in run.rounds[0].dropped[grid.node_ids[2]]
