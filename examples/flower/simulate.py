@@ -2,17 +2,16 @@
 
     python examples/flower/simulate.py --nodes 20 --rounds 5 --policy powertrip --out runs/fl
 
-Writes OUT/rounds.csv (round, k, sites, round_time_s, sim_time_s, accuracy: a
-time-to-accuracy curve on PowerTrip's time model) and OUT/decisions.json (per round: the
-profiles the policy saw, the history it had and the sites it chose), which
-tests/integration/test_flower_simulation.py replays against the policy service.
+Writes OUT/decisions.jsonl (a line a round: the profiles the policy saw, the sites it chose,
+its reason, the round time and the accuracy) and OUT/rounds.csv (round, k, sites,
+round_time_s, sim_time_s, accuracy: a time-to-accuracy curve on PowerTrip's time model);
+an OUT that holds an earlier run's is refused. tests/integration/test_flower_simulation.py
+replays decisions.jsonl against the policy service.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import sys
 from pathlib import Path
@@ -22,21 +21,6 @@ sys.path.insert(0, str(HERE))  # flower_app, without installing the example
 
 from flower_app import client_app, server_app  # noqa: E402
 from flower_app.task import Settings  # noqa: E402
-
-
-def decisions(strategy) -> list[dict]:
-    """Each round's inputs and choice, as JSON."""
-    out = []
-    for i, r in enumerate(strategy.rounds):
-        out.append({
-            "round": r.round,
-            "profiles": [dataclasses.asdict(p) for p in r.profiles],
-            "history": [dataclasses.asdict(h.past_round()) for h in strategy.rounds[:i]],
-            "site_ids": r.site_ids,
-            "round_time_s": r.round_time_s,
-            "accuracy": r.accuracy,
-        })  # fmt: skip
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,14 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         "machine, or Ray still starting them, not a lost node)",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    taken = [n for n in ("decisions.jsonl", "rounds.csv") if (args.out / n).exists()]
+    if taken:  # before Ray starts: the strategy would refuse it too, later
+        parser.error(f"{args.out} already holds {' and '.join(taken)}; name another --out")
     settings = Settings(
         num_server_rounds=args.rounds, policy=args.policy,
         policy_params=args.params, seed=args.seed, local_steps=args.local_steps,
-        profile_timeout_s=args.profile_timeout_s,
+        profile_timeout_s=args.profile_timeout_s, min_available_nodes=args.nodes,
     )  # fmt: skip
     kept: dict = {}
     server = server_app.build(
-        lambda _context: settings, args.out, done=lambda s: kept.__setitem__("strategy", s)
+        lambda _context: settings,
+        out_of=lambda _settings, _context: args.out,
+        done=lambda strategy: kept.__setitem__("strategy", strategy),
     )
     client = client_app.build(lambda _context: settings)
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -76,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     if "strategy" not in kept:
         print("simulate: the ServerApp did not finish (see Flower's log above)", file=sys.stderr)
         return 1
-    (args.out / "decisions.json").write_text(json.dumps(decisions(kept["strategy"]), indent=1))
+    if not kept["strategy"].rounds:
+        print("simulate: no round trained (see the warnings above)", file=sys.stderr)
+        return 1
     for r in kept["strategy"].rounds:
         print(f"round {r.round}: k={len(r.site_ids)} {r.round_time_s:8.1f} s  "
               f"accuracy {r.accuracy:.4f}  {';'.join(r.site_ids)}")  # fmt: skip
-    print(f"rounds.csv and decisions.json in {args.out}")
+    print(f"decisions.jsonl and rounds.csv in {args.out}")
     return 0
 
 

@@ -3,6 +3,7 @@ centralized evaluation on the workload's held-out split (the accuracy the policy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from flwr.app import ArrayRecord, Context, MetricRecord
@@ -15,7 +16,7 @@ from powertrip.core.workloads import get_workload
 
 
 def run(grid: Grid, settings: Settings, out: Path | None = None) -> PowerTripStrategy:
-    """One run; returns the strategy (its `rounds` hold every decision)."""
+    """One run, its decisions written to `out`; returns the strategy (its `rounds`)."""
     workload = get_workload(settings.workload)
     defaults = workload.defaults
     test = test_split(settings.workload, settings.seed)
@@ -32,30 +33,39 @@ def run(grid: Grid, settings: Settings, out: Path | None = None) -> PowerTripStr
         update_size_bytes=defaults.update_size_bytes, seed=settings.seed, clock=settings.clock,
         target_accuracy=defaults.target_accuracy, fraction_evaluate=0.0,
         profile_timeout_s=settings.profile_timeout_s,
+        min_available_nodes=settings.min_available_nodes, out_dir=out,
     )  # fmt: skip
     strategy.start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
         num_rounds=settings.num_server_rounds, evaluate_fn=centralized,
     )  # fmt: skip
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        strategy.write_rounds(out / "rounds.csv")
     return strategy
 
 
-def build(settings_of, out: Path | None = None, done=None) -> ServerApp:
-    """The ServerApp, its settings from `settings_of(context)`; `done(strategy)` is called
-    at the end (simulate.py keeps the decisions)."""
+def run_dir(settings: Settings, context: Context) -> Path:
+    """OUT-DIR/run-<run id>: a directory of its own for each run, so none overwrites
+    another's decisions."""
+    return Path(settings.out_dir).expanduser() / f"run-{context.run_id}"
+
+
+def build(
+    settings_of: Callable[[Context], Settings],
+    out_of: Callable[[Settings, Context], Path | None] = run_dir,
+    done: Callable[[PowerTripStrategy], None] | None = None,
+) -> ServerApp:
+    """The ServerApp, its settings from `settings_of(context)` and its output directory
+    from `out_of(settings, context)`; `done(strategy)` is called at the end."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        strategy = run(grid, settings_of(context), out)
+        settings = settings_of(context)
+        strategy = run(grid, settings, out_of(settings, context))
         if done is not None:
             done(strategy)
 
     return app
 
 
-#: for `flwr run` (pyproject.toml): settings from the run_config, rounds.csv in runs/flower
-app = build(lambda context: Settings.from_run_config(context.run_config), Path("runs/flower"))
+#: for `flwr run` (pyproject.toml): settings from the run_config
+app = build(lambda context: Settings.from_run_config(context.run_config))

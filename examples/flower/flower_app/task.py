@@ -33,6 +33,13 @@ class Settings:
     #: how long the strategy waits each round for the nodes' profiles; a node that has not
     #: answered by then sits the round out (PowerTripStrategy.profiles)
     profile_timeout_s: float = 60.0
+    #: nodes that must be connected before a round's profile query (FedAvg's default, 2);
+    #: set it to the federation's size so round 1 chooses among all of them
+    min_available_nodes: int = 2
+    #: each run writes decisions.jsonl and rounds.csv to OUT-DIR/run-<Flower run id>; a
+    #: relative path is relative to the ServerApp's working directory (under `flwr run`,
+    #: the directory the SuperLink was started in)
+    out_dir: str = "runs/flower"
 
     @classmethod
     def from_run_config(cls, run_config) -> Settings:
