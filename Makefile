@@ -19,7 +19,7 @@ DEMO_OUT ?= runs/demo
 # sweep found for this set-up (results/claims.md), and, beyond the paper, `adaptive` and `oort`
 DEMO_POLICIES ?= powertrip,adaptive,static:k=3,static,centralized-25,centralized-50,highest-power,random,radius,all,oort
 
-.PHONY: setup demo test test-all golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
+.PHONY: setup demo docs test test-all golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -98,6 +98,11 @@ demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 # services as processes, and a CLI run end to end; about 5 minutes on 2 cores). `make
 # test-all` adds the slow end-to-end runs, the golden runs and the replay of every committed
 # run (tests/replay), and the container tests when POWERTRIP_DOCKER_TESTS=1: what CI runs.
+# the README's demo table and headline claims, from results/demo/comparison.csv (copy
+# runs/demo/comparison.csv there after a make demo that changed it) and results/claims.md
+docs: setup  ## render the README's numbers from results/
+	$(BIN)/python -m powertrip.app.paper.docblocks
+
 test: setup  ## the fast tier: every test but the slow end-to-end runs and the replay tier
 	$(BIN)/pytest -q -m "not slow and not replay"
 

@@ -60,6 +60,17 @@ def folder_rows(runs: Path) -> list[list[str]]:
     return rows
 
 
+def headline_markdown(rows: Sequence[Mapping[str, str]]) -> str:
+    """The headline rows as a Markdown table (INDEX.md's, and the README's between its
+    `headline` markers: powertrip.app.paper.docblocks)."""
+    lines = ["| claim | ours | holds |", "|---|---|---|"]
+    headline = [r for r in rows if is_headline(r)]
+    lines += [f"| {r['claim']} | {r['ours']} | {r['holds']} |" for r in headline]
+    if not headline:
+        lines.append("| (not run yet) | | |")
+    return "\n".join(lines) + "\n"
+
+
 def index_markdown(runs: Path, rows: Sequence[Mapping[str, str]]) -> str:
     counts: dict[str, int] = {}
     for row in rows:
@@ -76,14 +87,7 @@ def index_markdown(runs: Path, rows: Sequence[Mapping[str, str]]) -> str:
         "10-14, which chose nothing (the rows of `claims.md` the README quotes). Seeds 5-9 "
         "are development seeds: the changes that made `adaptive` what it is were found on them.",
         "",
-        "| claim | ours | holds |",
-        "|---|---|---|",
-    ]
-    headline = [r for r in rows if is_headline(r)]
-    lines += [f"| {r['claim']} | {r['ours']} | {r['holds']} |" for r in headline]
-    if not headline:
-        lines.append("| (not run yet) | | |")
-    lines += [
+        headline_markdown(rows).rstrip("\n"),
         "",
         "## Figures and their claims",
         "",

@@ -1,0 +1,70 @@
+"""The README's numbers, rendered from results/ rather than typed: the demo table (from
+results/demo/comparison.csv, what `make demo` wrote) and the headline claims (the held-out
+rows of results/claims.md), each between marker lines. `make docs` rewrites them; a test
+(tests/unit/test_docblocks.py) fails when the README says something else.
+
+    python -m powertrip.app.paper.docblocks [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from powertrip.app.paper.index import headline_markdown, read_claims_markdown
+from powertrip.app.report import format_table
+
+ROOT = Path(__file__).resolve().parents[3]
+README = ROOT / "README.md"
+DEMO = ROOT / "results" / "demo" / "comparison.csv"
+CLAIMS = ROOT / "results" / "claims.md"
+
+
+def demo_table(path: Path = DEMO) -> str:
+    """The table `make demo` prints, without its footnotes (the README explains them)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    lines = format_table(rows).splitlines()[: 2 + len(rows)]
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def blocks(demo: Path = DEMO, claims: Path = CLAIMS) -> dict[str, str]:
+    """marker name -> the text between its begin and end lines."""
+    return {
+        "demo-table": demo_table(demo),
+        "headline": headline_markdown(read_claims_markdown(claims)),
+    }
+
+
+def render(text: str, contents: dict[str, str]) -> str:
+    """`text` with each marked block replaced; a marker pair that is missing is an error."""
+    for name, body in contents.items():
+        begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"README: no '{begin.strip()}' ... '{end}' block")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + begin + body + end + tail
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs")
+    args = parser.parse_args(argv)
+    old = README.read_text()
+    new = render(old, blocks())
+    if args.check:
+        if new != old:
+            print("README.md's rendered blocks are stale: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    print("README.md: demo table and headline claims rendered from results/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

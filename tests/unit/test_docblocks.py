@@ -1,0 +1,21 @@
+"""The README's demo table and headline claims are what results/ renders
+(powertrip/app/paper/docblocks.py), never numbers typed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from powertrip.app.paper import docblocks as D
+
+
+def test_the_readme_says_what_results_renders():
+    text = D.README.read_text()
+    assert D.render(text, D.blocks()) == text, "README.md is stale: run `make docs`"
+    assert "static:k=3" in D.demo_table() and "adaptive" in D.demo_table()
+
+
+def test_a_block_is_replaced_between_its_markers_and_a_missing_one_is_an_error():
+    text = "a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb\n"
+    assert D.render(text, {"x": "new\n"}) == "a\n<!-- x:begin -->\nnew\n<!-- x:end -->\nb\n"
+    with pytest.raises(ValueError, match="no '<!-- y:begin -->'"):
+        D.render(text, {"y": "z\n"})
