@@ -4,9 +4,10 @@ Every run pins torch's kernels to AVX2 by default so that a seed gives the same 
 x86-64 CPU; on a CPU with AVX-512 that gives up its wider kernels. The figure is the bare
 FEMNIST training loop (bench/train.py's reference: the LEAF CNN, batch 20, the same sites and
 steps) in a fresh process per measurement, because the kernel choice is made once per
-process: pinned (the default) against `POWERTRIP_CPU_KERNELS=native`, interleaved `--repeat`
-times; the ratio is the median of the pairwise ratios (above 1: pinned is faster). Each child
-also reports the ATen kernel set it ran, so the table says what was compared.
+process: pinned (the default: AVX2, convolutions by ATen) against
+`POWERTRIP_CPU_KERNELS=native`, interleaved `--repeat` times; the ratio is the median of the
+pairwise ratios (above 1: pinned is faster). Each child also reports the kernels it ran, so
+the table says what was compared.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from bench.common import ROOT, median_ratio
 
 def child(sites: int, steps: int) -> dict:
     """One measurement in this (fresh) process, the kernels as its environment says."""
-    from powertrip.core.kernels import pin_cpu_kernels
+    from powertrip.core.kernels import configure_torch, pin_cpu_kernels
 
     mode = pin_cpu_kernels()
+    configure_torch()
     import torch
 
     from bench.train import bare_loop_steps_per_s
 
     rate = bare_loop_steps_per_s(list(range(sites)), steps, os.cpu_count() or 1)
-    return {"mode": mode, "capability": torch.backends.cpu.get_cpu_capability(), "rate": rate}
+    capability = torch.backends.cpu.get_cpu_capability()
+    onednn = "oneDNN" if torch.backends.mkldnn.enabled else "ATen conv"
+    return {"mode": mode, "capability": f"{capability}, {onednn}", "rate": rate}
 
 
 def _measure_once(mode: str, sites: int, steps: int) -> dict:

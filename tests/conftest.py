@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from powertrip.app.experiments.launcher import start_service
-from powertrip.core.kernels import pin_cpu_kernels
+from powertrip.core.kernels import configure_torch, pin_cpu_kernels
 
 # the kernels every run uses (powertrip.core.kernels), for the tests that train in this
 # process, before any of them runs a tensor op; the processes they start inherit them
 pin_cpu_kernels()
+configure_torch()
 
 #: tests marked `docker` build images and init a swarm on the engine they find: on a
 #: developer's laptop that is their own engine, so they run only when asked (.ci/run asks)

@@ -14,6 +14,12 @@ reproducibility `MKL_CBWR`. Child processes (the embedded services, site workers
 them. A variable the user set is kept. Off x86-64 nothing is pinned: those CPUs have other
 kernel sets, and numbers there match only one another.
 
+The ISA is not all: oneDNN's convolutions (brgemm, at AVX2 too) size their loop blocks by
+the CPU's cache sizes, so two AVX2 CPUs with other caches could add a convolution's terms in
+another order. So a process that trains or evaluates also calls `configure_torch`, which in
+pinned mode leaves convolutions to ATen's own kernels (im2col and MKL's GEMM, whose CNR
+mode is made for exactly this); the site worker and the aggregator do at start.
+
 The cost (bench/run.py, `pinned_kernels`): on a CPU with AVX-512 the AVX2 kernels are slower;
 `POWERTRIP_CPU_KERNELS=native` trades identity for that speed (the run records which).
 """
@@ -62,11 +68,23 @@ def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None) -> str:
     return mode
 
 
-def kernel_record() -> dict[str, str | None]:
-    """What a run records of its kernels: the mode, and the ATen kernel set torch chose in
-    this process (None where torch is not loaded: a process that never trains)."""
+def configure_torch() -> None:
+    """For a process that trains or evaluates, after `pin_cpu_kernels`: in pinned mode,
+    convolutions by ATen's kernels, not oneDNN's (the module's docstring says why). Imports
+    torch; idempotent."""
+    if kernel_mode() == "pinned":
+        import torch
+
+        torch.backends.mkldnn.enabled = False
+
+
+def kernel_record() -> dict[str, str | bool | None]:
+    """What a run records of its kernels: the mode, the ATen kernel set torch chose in this
+    process and whether oneDNN was on (None where torch is not loaded: a process that never
+    trains)."""
     torch = sys.modules.get("torch")
-    capability = None
+    capability = onednn = None
     if torch is not None:
         capability = str(torch.backends.cpu.get_cpu_capability())
-    return {"cpu_kernels": kernel_mode(), "cpu_capability": capability}
+        onednn = bool(torch.backends.mkldnn.enabled)
+    return {"cpu_kernels": kernel_mode(), "cpu_capability": capability, "onednn": onednn}

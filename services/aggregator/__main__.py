@@ -16,6 +16,7 @@ from pathlib import Path
 
 from powertrip.core.config import ConfigError, RunConfig
 from powertrip.core.envnames import flag_on
+from powertrip.core.kernels import configure_torch
 from powertrip.core.workloads import DataError, UnknownWorkload, get_workload
 from powertrip.rpc.auth import (
     AuthConfigError,
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     setup_process(args.log_level, SPEC.name, args.log_format)
+    configure_torch()  # it trains or evaluates: the pinned kernels' convolutions (kernels.py)
     add_log_context(run_id=Path(args.out).name)
     try:
         run = RunConfig.from_yaml(args.config) if args.config else RunConfig()

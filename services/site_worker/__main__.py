@@ -16,6 +16,7 @@ import grpc
 from powertrip.core.batched import TRAINERS
 from powertrip.core.config import ConfigError
 from powertrip.core.envnames import flag_on, getenv
+from powertrip.core.kernels import configure_torch
 from powertrip.core.training import DEVICES, resolve_device
 from powertrip.core.workloads import DataError, UnknownWorkload
 from powertrip.rpc.auth import AuthConfigError, add_join_token_flags, resolve_join_token
@@ -336,6 +337,7 @@ def run(args: argparse.Namespace, prepared: Prepared) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_process(args.log_level, SPEC.name, args.log_format)
+    configure_torch()  # it trains or evaluates: the pinned kernels' convolutions (kernels.py)
     try:
         prepared = configure(args)
     except StartError as exc:
