@@ -108,8 +108,8 @@ def test_figs_6_7_and_the_ablation_run_end_to_end(tmp_path):
                 variant,
                 arm,
             )
-    config = (out / "runs/gain-separable/seed0/powertrip/run-config.yaml").read_text()
-    assert "gain: 1.0" in config
+    config = (out / "runs/two-directions/seed0/powertrip/run-config.yaml").read_text()
+    assert "comm_directions: 2" in config and "patience: 3.0" in config  # every parameter
     html = (out / "ablation" / "report.html").read_text()
     assert "PowerTrip faster?" in html and "comm_directions 1 -&gt; 2" in html
     assert (out / "fig6-7" / "fig7_accuracy_time_speedup.png").stat().st_size > 0

@@ -28,6 +28,11 @@ COMMON = ["--workload", "synthetic", "--sites", "10", "--max-rounds", "3", "--se
 COMPARED = ("rounds.csv", "decisions.jsonl")
 
 
+#: ports Ray's components bind by default on every node (dashboard agent, client server,
+#: dashboard, GCS): a head started on one of them fails ("used by other components")
+RAY_FIXED_PORTS = frozenset({52365, 10001, 8265, 6379})
+
+
 def _ray(*args: str, env: dict[str, str]) -> None:
     done = subprocess.run([RAY, *args], capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -41,6 +46,8 @@ def cluster(tmp_path_factory):
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
     temp = tmp_path_factory.mktemp("ray")
     port = free_port()
+    while port in RAY_FIXED_PORTS:  # an ephemeral port may be one Ray's own components take
+        port = free_port()
     _ray("start", "--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard=false",
          "--disable-usage-stats", "--temp-dir", str(temp), env=env)  # fmt: skip
     try:
