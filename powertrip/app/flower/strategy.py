@@ -61,7 +61,7 @@ class PowerTripStrategy(FedAvg):
     Parameters beyond FedAvg's:
       policy: a PowerTrip policy by name (`powertrip policies`); centralized ones are refused
         (they train one site on pooled data, which a Flower federation does not have).
-      policy_params: its parameters, e.g. {"k": 5} or {"gain": "separable"}.
+      policy_params: its parameters, e.g. {"k": 5} or {"probe_cost": 0.2}.
       tau_s: the seconds one round's local work takes a site at full power (p = 1): the
         policy's tau; a site at power fraction p takes tau / p.
       update_size_bytes: M in Eq. 3; default: the bytes of the model's arrays.

@@ -36,7 +36,7 @@ ABLATIONS = (
     # ranking and so k*, which this set-up finds with a sweep of its own. The sweep stops
     # at 30 % of the sites (ours, decided before its runs to fit 1.7 CPU hours): past k*,
     # every added site can only lower the straggler's power, and accuracy per round does
-    # not grow with k in this regime (results/ablation.md)
+    # not grow with k in this regime (the ablation rows of results/claims.md)
     Variant(
         "links-fig5",
         "uniform, link_model fig5 (static sweep to 30 % of the sites)",
