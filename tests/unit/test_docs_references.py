@@ -154,8 +154,7 @@ def test_a_page_names_only_what_exists(page):
     assert problems(text, where) + missing_paths(text, page) == []
 
 
-def test_the_checker_finds_each_kind_of_stale_reference(tmp_path):
-    page = tmp_path / "page.md"
+def test_the_checker_finds_each_kind_of_stale_reference():
     text = "\n".join(
         [
             "`powertrip run --sites 10 --warp-speed`",
@@ -183,4 +182,3 @@ def test_the_checker_finds_each_kind_of_stale_reference(tmp_path):
     ):
         assert expected in joined, (expected, found)
     assert not [f for f in found if "probe_cost" in f]
-    del page
