@@ -145,8 +145,9 @@ class Workload(ABC):
             path = self.data_dir(data_dir)
             if not path.is_dir():
                 raise DataError(
-                    f"{self.name} data not found: looked in {path}. See README.md (Data) for how "
-                    "to get it; pass --data-dir or set POWERTRIP_DATA_DIR if it lives elsewhere."
+                    f"{self.name} data not found: looked in {path}. See docs/workloads.md (Data) "
+                    "for how to get it; pass --data-dir or set POWERTRIP_DATA_DIR if it lives "
+                    "elsewhere."
                 )
 
     @abstractmethod
