@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
+import yaml
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +25,33 @@ def base_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("base") / "base.safetensors"
     save_file(state, str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, list[dict]]:
+    """deploy/k8s/'s base, each overlay and all components together, rendered offline
+    (tests/unit/k8s_render.py; for test_k8s_*.py)."""
+    from tests.unit.k8s_render import K8S, OVERLAYS, _render
+
+    result = {"base": _render(K8S / "base")}
+    for overlay in OVERLAYS:
+        result[overlay] = _render(K8S / "overlays" / overlay)
+    # the components must compose: one overlay with all of them (in the tree, so the
+    # relative paths resolve; removed afterwards)
+    combined = K8S / "overlays" / f".test-all-{os.getpid()}"
+    combined.mkdir()
+    try:
+        (combined / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": ["../../base"],
+                    "components": [f"../../components/{c}" for c in OVERLAYS],
+                }
+            )
+        )
+        result["all"] = _render(combined)
+    finally:
+        shutil.rmtree(combined)
+    return result

@@ -258,7 +258,7 @@ def test_make_certs_writes_a_private_join_token_once(tmp_path):
 
 # ---- Kubernetes: the token as a file; --insecure only where there is no TLS ---------------
 def test_k8s_token_is_a_secret_file_and_only_plaintext_is_insecure(tmp_path):
-    from tests.unit.test_k8s_manifests import K8S, RENDERER, _pod_spec, _render, _workloads
+    from tests.unit.k8s_render import K8S, RENDERER, _pod_spec, _render, _workloads
 
     variants = {"base": K8S / "base"}
     if RENDERER is not None:
