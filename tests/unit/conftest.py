@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.unit.report_runs import make_run
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +58,15 @@ def rendered(tmp_path_factory) -> dict[str, list[dict]]:
     finally:
         shutil.rmtree(combined)
     return result
+
+
+# powertrip.app.report's comparison directory (tests/unit/test_report_*.py): three policies,
+# one never reaching the target, and the launcher's logs (not a run)
+@pytest.fixture()
+def comparison_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "compare"
+    make_run(root, "powertrip", [0.3, 0.55, 0.72, 0.81, 0.84], 600.0, ks=[4, 3, 3, 2, 2])
+    make_run(root, "random", [0.2, 0.4, 0.6, 0.7, 0.78, 0.82], 900.0, ks=[3] * 6)
+    make_run(root, "all", [0.25, 0.45, 0.6, 0.7], 2400.0, ks=[4] * 4)  # never reaches 0.8
+    (root / "logs").mkdir()  # the launcher's logs: not a run
+    return root
