@@ -12,7 +12,7 @@ import pytest
 from powertrip.core.policies import PolicyError, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
 from powertrip.core.policies.floors import ceiling_floor, ceiling_upper_bound, stall_floor
-from tests.unit.test_adaptive import clock_time, ctx, gentle_table, run_loop, table_of
+from tests.unit.adaptive_loop import clock_time, ctx, gentle_table, run_loop, table_of
 
 
 def saturating_curve(rounds: int, ceiling: float, rise: float, rate: float) -> np.ndarray:
