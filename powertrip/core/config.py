@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from powertrip.core import footprint, provenance
+from powertrip.core import footprint, outer, provenance
 from powertrip.core.configcheck import check_settings
 from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
@@ -47,6 +47,9 @@ LATER_SETTINGS: dict[str, Any] = {
     "gpus_available_max_fraction": 1.0,
     "peft": "none",
     "target_perplexity": None,
+    "outer_optimizer": "fedavg",
+    "outer_lr": outer.OUTER_LR,
+    "outer_momentum": outer.OUTER_MOMENTUM,
 }
 _ABSENT = object()
 
@@ -138,6 +141,12 @@ class RunConfig:
     #: SGD workloads; powertrip/core/fused_sgd.py): less memory traffic, the same math up to
     #: float rounding, so an experiment setting; runs stored before it existed ran without
     fused_sgd: bool = True
+    #: how the averaged delta moves the model (powertrip/core/outer.py): "fedavg" adds it (the
+    #: paper's Eq. 2); "nesterov" takes DiLoCo's outer SGD step with Nesterov momentum,
+    #: outer_lr and outer_momentum (OpenDiLoCo's 0.7 and 0.9; fedavg uses neither)
+    outer_optimizer: str = "fedavg"
+    outer_lr: float = outer.OUTER_LR
+    outer_momentum: float = outer.OUTER_MOMENTUM
     round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
     data_dir: str | None = None
     shadow: bool = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from powertrip.core import footprint
+from powertrip.core import footprint, outer
 from powertrip.core.configvalues import FIELD_CHOICES, ConfigError
 from powertrip.core.peftspec import PeftSpec, PeftSpecError
 from powertrip.core.profiles import PopulationSpec
@@ -135,6 +135,9 @@ def check_settings(config: Any) -> None:
         "train_threads",
         f"must be >= 0 (0 = one per CPU core), got {config.train_threads}",
     )
+    for problem in outer.outer_of(config).problems():
+        name = problem.split(":")[0].split(" ")[0]
+        need(False, name, problem.split(": ", 1)[1] if ": " in problem else problem)
     need(config.site_batch >= 1, "site_batch", f"must be >= 1, got {config.site_batch}")
     need(config.round_deadline_s > 0, "round_deadline_s", "must be > 0")
     for key, value in config.policy_params.items():

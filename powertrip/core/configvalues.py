@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from powertrip.core.clocks import CLOCKS
+from powertrip.core.outer import OUTER_OPTIMIZERS
 from powertrip.core.policies.base import param_number
 from powertrip.core.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS
 from powertrip.core.timemodel import WORK_MODELS
@@ -29,6 +30,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "tau_source": TAU_SOURCES,
     "distance_distribution": DISTANCE_DISTRIBUTIONS,
     "link_model": LINK_MODELS,
+    "outer_optimizer": OUTER_OPTIMIZERS,
 }
 
 

@@ -3,7 +3,9 @@ contributors and weights, the initial model. `replay()` recomputes the model fro
 so an operator (or the chaos test) can check that the final model is exactly the FedAvg of
 the accepted updates: none lost, none counted twice, no partial upload in the sum.
 
-Layout: DIR/initial.npz, DIR/round-000001/{manifest.json, site-000.npz, ...}. A round is
+Layout: DIR/initial.npz, DIR/outer.json (the run's outer optimizer, powertrip/core/outer.py;
+absent in audits written before it, which were FedAvg's), DIR/round-000001/{manifest.json,
+site-000.npz, ...}. A round is
 written under round-NNNNNN.partial/ and renamed once its model is installed; a round that is
 redone (after a crash and --resume, or an empty round) starts its directory afresh, so a
 committed round is always the one the model went on from. Arrays are stored with
@@ -20,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from powertrip.core.fedavg import StreamingFedAvg, apply_delta
+from powertrip.core.fedavg import StreamingFedAvg
+from powertrip.core.outer import OuterStep, outer_update
 
 INITIAL = "initial.npz"
+OUTER = "outer.json"
 MANIFEST = "manifest.json"
 
 
@@ -88,12 +92,15 @@ class DeltaAudit:
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def start(self, initial: Mapping[str, np.ndarray]) -> None:
-        """A fresh run: the model every replay starts from (kept as is on --resume)."""
+    def start(self, initial: Mapping[str, np.ndarray], outer: OuterStep | None = None) -> None:
+        """A fresh run: the model every replay starts from and the outer step every round
+        takes (both kept as they are on --resume)."""
         self.root.mkdir(parents=True, exist_ok=True)
         for old in self.root.glob("round-*"):
             shutil.rmtree(old)
         _write_npz(self.root / INITIAL, initial)
+        outer_json = json.dumps((outer or OuterStep()).to_json(), indent=1) + "\n"
+        (self.root / OUTER).write_text(outer_json)
 
     def open_round(self, round_no: int, order: Iterable[str], model_version: int) -> RoundAudit:
         return RoundAudit(self.root, round_no, order, model_version)
@@ -107,13 +114,23 @@ def committed_rounds(root: Path) -> list[Path]:
 def replay(root: Path, through_round: int | None = None) -> tuple[dict[str, np.ndarray], int]:
     """The model recomputed from the audit alone, and the number of rounds replayed.
 
-    Uses the aggregator's own StreamingFedAvg in the recorded dispatch order, so the result
+    Uses the aggregator's own StreamingFedAvg in the recorded dispatch order and its outer
+    step (outer.json), so the result
     is bit-for-bit what the aggregator computed if (and only if) the recorded deltas are
     exactly those it summed. Rounds must be consecutive from 1 (through `through_round`)."""
     root = Path(root)
     if not (root / INITIAL).is_file():
         raise AuditError(f"{root}: no {INITIAL}")
     weights = _read_npz(root / INITIAL)
+    outer = OuterStep()
+    if (root / OUTER).is_file():
+        try:
+            outer = OuterStep.from_json(json.loads((root / OUTER).read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AuditError(f"{root / OUTER}: not an outer step: {exc}") from None
+        if outer.problems():
+            raise AuditError(f"{root / OUTER}: {outer.problems()[0]}")
+    buffer = None
     rounds = 0
     for directory in committed_rounds(root):
         manifest = json.loads((directory / MANIFEST).read_text())
@@ -134,7 +151,7 @@ def replay(root: Path, through_round: int | None = None) -> tuple[dict[str, np.n
                 fedavg.skip(site)
         if fedavg.contributors != manifest["contributors"]:
             raise AuditError(f"{directory.name}: summation order differs from the manifest")
-        weights = apply_delta(weights, fedavg.result())
+        weights, buffer = outer_update(weights, fedavg.result(), buffer, outer)
         rounds += 1
     return weights, rounds
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 from dataclasses import replace
@@ -39,6 +40,7 @@ class CheckpointError(ValueError):
 
 #: side files of the loop state, named by their content's hash (see write_checkpoint)
 PROFILES_FILE = "profiles-{}.pb"
+OUTER_FILE = "outer-{}.npz"
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -85,7 +87,8 @@ def write_checkpoint(
     }
     # compact: json's C encoder (an indented dump runs in Python, over the whole history)
     _write_synced(ckpt / "state.json", json.dumps(record).encode())
-    for old in [*ckpt.glob("model*.npz"), *ckpt.glob(PROFILES_FILE.format("*"))]:
+    side_files = [*ckpt.glob(PROFILES_FILE.format("*")), *ckpt.glob(OUTER_FILE.format("*"))]
+    for old in [*ckpt.glob("model*.npz"), *side_files]:
         if old.name != name and old.name not in files:
             old.unlink(missing_ok=True)
 
@@ -124,6 +127,12 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
 
 
 def _encode(data: bytes) -> str:
@@ -177,6 +186,12 @@ class CheckpointStore:
             data, name, digest = saved
             state["last_profiles_file"], state["last_profiles_sha256"] = name, digest
             files[name] = data
+        if record.outer_buffer is not None:
+            data = _npz_bytes(record.outer_buffer)
+            digest = hashlib.sha256(data).hexdigest()
+            name = OUTER_FILE.format(digest[:16])
+            state["outer_buffer_file"], state["outer_buffer_sha256"] = name, digest
+            files[name] = data
         write_checkpoint(self.out_dir, record.weights, state, files)
 
     def load(self, initial: dict[str, np.ndarray]) -> CheckpointRecord | None:
@@ -194,6 +209,9 @@ class CheckpointStore:
             last_profiles = self._profiles_file(saved)
         elif saved.get("last_profiles"):  # inline, as checkpoints written before the file
             last_reply = base64.b64decode(saved["last_profiles"])
+        outer_buffer = None
+        if saved.get("outer_buffer_file"):
+            outer_buffer = self._outer_file(saved, weights)
         return CheckpointRecord(
             round=int(saved["round"]),
             model_version=int(saved["model_version"]),
@@ -203,6 +221,7 @@ class CheckpointStore:
             last_selection=last_selection,
             last_profiles=last_profiles,
             last_profiles_reply=last_reply,
+            outer_buffer=outer_buffer,
         )
 
     def _profiles_file(self, saved: dict) -> bytes:
@@ -216,6 +235,22 @@ class CheckpointStore:
         if hashlib.sha256(data).hexdigest() != saved.get("last_profiles_sha256"):
             raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
         return data
+
+    def _outer_file(self, saved: dict, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outer optimizer's buffer from the side file state.json names, checked by its
+        hash and against the model's shapes."""
+        path = self.out_dir / CHECKPOINT_DIR / str(saved["outer_buffer_file"])
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"{path}: unreadable outer optimizer state: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != saved.get("outer_buffer_sha256"):
+            raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            buffer = {k: npz[k] for k in npz.files}
+        if any(k not in weights or buffer[k].shape != weights[k].shape for k in buffer):
+            raise CheckpointError(f"{path}: the outer optimizer's buffer does not fit the model")
+        return buffer
 
     def _check(self, initial: dict[str, np.ndarray], weights: dict, saved: dict) -> None:
         where = self.out_dir / CHECKPOINT_DIR / "state.json"

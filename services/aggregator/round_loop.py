@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from powertrip.core import provenance, runfiles
-from powertrip.core.fedavg import apply_delta
 from powertrip.core.footprint import RoundFootprint
+from powertrip.core.outer import outer_of, outer_update
 from powertrip.core.workloads import get_workload
 from services.aggregator.accounting import Accounting
 from services.aggregator.audit import DeltaAudit
@@ -69,6 +69,10 @@ class RoundLoop:
         self.checkpoints = CheckpointStore(config.out_dir, self.run)
         self.accounting = Accounting(self.run)
         self.audit = DeltaAudit(config.audit_dir) if config.audit_dir else None
+        #: the outer optimizer and its buffer (powertrip/core/outer.py; None for fedavg, and
+        #: before the first round): loop state, so the checkpoint carries it
+        self.outer = outer_of(self.run)
+        self.outer_buffer: dict[str, np.ndarray] | None = None
         self.recorder: RunRecorder | None = None
         self.result = LoopResult()
         self.start_round = 1
@@ -87,7 +91,7 @@ class RoundLoop:
             self.recorder = RunRecorder(self.config.out_dir, clock=self.clock.name)
             self.state.model.install(initial, version=0)
             if self.audit is not None:
-                self.audit.start(initial)
+                self.audit.start(initial, self.outer)
         else:
             self._resume(resumed)
         self.run.write_yaml(self.config.out_dir / runfiles.CONFIG, made_by=provenance.collect())
@@ -100,6 +104,7 @@ class RoundLoop:
             self.config.out_dir, keep_rounds=record.round, clock=self.clock.name
         )
         restore_site_ids(self.result, self.config.out_dir)
+        self.outer_buffer = record.outer_buffer
         self.state.restore_checkpoint(record)
         self.control.restore_checkpoint(record)
         log.info(
@@ -236,12 +241,15 @@ class RoundLoop:
             self.collect(progress)
         collected_at = time.monotonic()
         with wall.phase("aggregate"):
-            new_weights = apply_delta(self.state.model.weights, progress.fedavg.result())
+            new_weights, outer_buffer = outer_update(
+                self.state.model.weights, progress.fedavg.result(), self.outer_buffer, self.outer
+            )
         wall_aggregation_s = wall.aggregate_s  # FedAvg alone, before the evaluation
         with wall.phase("eval"):
             accuracy, loss = self.evaluator.evaluate(new_weights)
         with wall.phase("aggregate"):
             self.state.model.install(new_weights, version=progress.model_version + 1)
+            self.outer_buffer = outer_buffer
             progress.fedavg.commit_audit()
         return TrainedRound(
             progress=progress,
@@ -322,7 +330,9 @@ class RoundLoop:
         self, round_no: int, weights: dict[str, np.ndarray], model_version: int
     ) -> None:
         """Model plus every piece of loop state the following rounds depend on."""
-        record = CheckpointRecord(round_no, model_version, weights, self.result)
+        record = CheckpointRecord(
+            round_no, model_version, weights, self.result, outer_buffer=self.outer_buffer
+        )
         self.checkpoints.save(record, self.state, self.control)
 
     # ---- the whole run -----------------------------------------------------------------

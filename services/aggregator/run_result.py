@@ -132,3 +132,6 @@ class CheckpointRecord:
     last_selection: bytes | None = None
     last_profiles: bytes | None = None
     last_profiles_reply: bytes | None = None
+    #: the outer optimizer's momentum buffer after `round` (powertrip/core/outer.py; None for
+    #: fedavg)
+    outer_buffer: dict[str, np.ndarray] | None = None

@@ -34,6 +34,11 @@ RUN_LORA = [
 ]  # fmt: skip
 
 
+#: DiLoCo's outer step (issue #62): the checkpoint carries its momentum buffer, and the audit
+#: replays it
+RUN_NESTEROV = [*RUN, "--set", "outer_optimizer=nesterov"]
+
+
 def _rounds(csv_bytes: bytes, last: int) -> list[bytes]:
     """The header and rounds 1..last of a rounds.csv."""
     return csv_bytes.splitlines()[: last + 1]
@@ -46,7 +51,11 @@ def _needs(run: list[str]) -> list[str]:
     return run
 
 
-@pytest.mark.parametrize("run", [RUN, RUN_LORA], ids=["synthetic", "shakespeare-lm-lora"])
+@pytest.mark.parametrize(
+    "run",
+    [RUN, RUN_NESTEROV, RUN_LORA],
+    ids=["synthetic", "synthetic-nesterov", "shakespeare-lm-lora"],
+)
 def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path, run):
     run = _needs(run)
     whole = tmp_path / "uninterrupted"

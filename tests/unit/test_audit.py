@@ -90,7 +90,11 @@ def test_a_redone_round_replaces_the_earlier_attempt_and_partials_do_not_count(t
     acc.skip(["site-000", "site-002", "site-003"])
     expected = apply_delta(weights, acc.result())
     acc.commit_audit()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["initial.npz", "round-000001"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "initial.npz",
+        "outer.json",
+        "round-000001",
+    ]
     replayed, rounds = replay(tmp_path)
     assert rounds == 1 and np.array_equal(replayed["w"], expected["w"])
 
@@ -101,3 +105,29 @@ def test_commit_refuses_a_contributor_without_a_recorded_delta(tmp_path):
     record = audit.open_round(1, SITES, 0)
     with pytest.raises(AuditError, match="no recorded delta"):
         record.commit(["site-000"])
+
+
+def test_replay_takes_the_runs_outer_step_and_its_momentum(tmp_path):
+    """A Nesterov run's audit replays to the bit (outer.json names the step), and the
+    momentum matters: the same deltas under FedAvg give another model."""
+    from powertrip.core.outer import OuterStep, outer_update
+
+    step = OuterStep("nesterov", 0.7, 0.9)
+    audit = DeltaAudit(tmp_path)
+    weights, buffer = _model(0), None
+    audit.start(weights, step)
+    for r in range(1, 4):
+        acc = RoundAccumulator(SITES, weights, audit.open_round(r, SITES, r - 1))
+        for i, site in enumerate(SITES):
+            acc.add(site, _model(100 * r + i), weight=10.0 + i)
+        weights, buffer = outer_update(weights, acc.result(), buffer, step)
+        acc.commit_audit()
+    replayed, rounds = replay(tmp_path)
+    assert rounds == 3
+    assert all(np.array_equal(weights[k], replayed[k]) for k in weights)
+    (tmp_path / "outer.json").unlink()  # read as FedAvg, as audits before the outer step
+    as_fedavg, _ = replay(tmp_path)
+    assert not np.array_equal(as_fedavg["w"], weights["w"])
+    (tmp_path / "outer.json").write_text('{"optimizer": "adam", "lr": 1, "momentum": 0}')
+    with pytest.raises(AuditError, match="outer_optimizer must be one of"):
+        replay(tmp_path)

@@ -19,6 +19,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed: pip install -e '.[flower]'")
@@ -248,3 +249,31 @@ def test_site_ids_default_per_node_and_profiles_come_from_node_config():
     run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
     assert len(run.rounds[0].profiles) == 2
     assert "needs power-fraction, latency-s" in run.rounds[0].dropped[grid.node_ids[2]]
+
+
+@pytest.mark.parametrize("optimizer", ["fedavg", "nesterov"])
+def test_the_outer_step_moves_the_model_by_the_averaged_delta(optimizer):
+    """Every node adds its index to the model, so each round's averaged delta is the
+    sample-weighted mean index d. FedAvg moves the model by d a round; Nesterov (lr 0.7,
+    momentum 0.9) by lr x (d + mu x b_t), with b_t = d (1 + mu + ... + mu^(t-1))."""
+    n, rounds, lr, mu = 4, 3, 0.7, 0.9
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("all", min_available_nodes=n, outer_optimizer=optimizer)
+    result = run.start(grid, tiny_arrays(), num_rounds=rounds, evaluate_fn=accuracy)
+    d = sum(i * (10 + i) for i in range(n)) / sum(10 + i for i in range(n))
+    if optimizer == "fedavg":
+        expected = rounds * d
+    else:
+        expected, buffer = 0.0, 0.0
+        for _ in range(rounds):
+            buffer = mu * buffer + d
+            expected += lr * (d + mu * buffer)
+    for array in result.arrays.to_numpy_ndarrays():
+        np.testing.assert_allclose(array, expected, rtol=1e-5)
+
+
+def test_a_bad_outer_setting_is_refused_by_name():
+    with pytest.raises(ValueError, match="outer_optimizer must be one of fedavg, nesterov"):
+        strategy(outer_optimizer="adam")
+    with pytest.raises(ValueError, match=r"outer_momentum: must be in \[0, 1\)"):
+        strategy(outer_optimizer="nesterov", outer_momentum=1.0)

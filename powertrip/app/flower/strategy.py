@@ -11,7 +11,9 @@ Each round it
    copy, so the choice equals the service's for the same profiles and history (tested);
 3. bounds k as FedAvg bounds its sample: at most `fraction_train` of the nodes that
    answered, at least `min_train_nodes` (which wins, as in FedAvg);
-4. sends the train messages to the chosen nodes only, and FedAvg-aggregates their replies;
+4. sends the train messages to the chosen nodes only, and FedAvg-aggregates their replies,
+   then applies the outer step (`outer_optimizer`: FedAvg's average as it is, or DiLoCo's
+   Nesterov step on the averaged delta, powertrip/core/outer.py);
 5. records the round for the policy's history (k, the sites in rank order, the round time,
    the accuracy under `accuracy_key`: a centralized `evaluate_fn`'s, else the federated
    evaluation's), and writes it to `out_dir`'s decisions.jsonl.
@@ -40,8 +42,10 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
+from powertrip.app.flower.outerstep import outer_arrays
 from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile
 from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
+from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
 from powertrip.core.policies import CENTRALIZED, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
 from powertrip.core.policies.base import ESTIMATORS, param_number
@@ -75,6 +79,9 @@ class PowerTripStrategy(FedAvg):
         utility reads it, with the FedAvg weight `weighted_by_key`).
       target_accuracy: reported to the policy as the services do (it never stops the run).
       profile_timeout_s: how long each round's profile query waits for the nodes.
+      outer_optimizer, outer_lr, outer_momentum: the outer step, as the services' settings of
+        the same names: "fedavg" (the average, as Flower's FedAvg) or "nesterov" (DiLoCo's
+        outer SGD with Nesterov momentum on the averaged delta; OpenDiLoCo's 0.7 and 0.9).
       out_dir: where decisions.jsonl and rounds.csv go (None: nowhere); `start` refuses a
         directory that holds an earlier run's.
 
@@ -104,6 +111,9 @@ class PowerTripStrategy(FedAvg):
         loss_key: str = "train_loss",
         target_accuracy: float = math.inf,
         profile_timeout_s: float = 60.0,
+        outer_optimizer: str = "fedavg",
+        outer_lr: float = OUTER_LR,
+        outer_momentum: float = OUTER_MOMENTUM,
         out_dir: str | Path | None = None,
         fraction_train: float = 1.0,
         min_train_nodes: int = 1,
@@ -130,6 +140,11 @@ class PowerTripStrategy(FedAvg):
             raise ValueError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
         if not accuracy_key:
             raise ValueError("accuracy_key must name a MetricRecord key")
+        self.outer = OuterStep(outer_optimizer, float(outer_lr), float(outer_momentum))
+        if self.outer.problems():
+            raise ValueError(self.outer.problems()[0])
+        self._outer_buffer: dict[str, np.ndarray] | None = None
+        self._sent_arrays: ArrayRecord | None = None
         self.tau_s = float(tau_s)
         self.update_size_bytes = update_size_bytes
         self.comm_directions = comm_directions
@@ -296,6 +311,7 @@ class PowerTripStrategy(FedAvg):
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._round_started = time.monotonic()
+        self._sent_arrays = arrays
         return [Message(record, dst_node_id=n, message_type=MessageType.TRAIN) for n in chosen]
 
     # ---- what came of it -------------------------------------------------------------
@@ -312,6 +328,10 @@ class PowerTripStrategy(FedAvg):
         replies = list(replies)
         elapsed = time.monotonic() - self._round_started
         arrays, metrics = super().aggregate_train(server_round, replies)
+        if arrays is not None and self._sent_arrays is not None:
+            arrays, self._outer_buffer = outer_arrays(
+                self._sent_arrays, arrays, self._outer_buffer, self.outer
+            )
         last = self._round_log(server_round)
         if last is None:
             # configure_train sent nothing this round (no node gave a usable profile):

@@ -1,0 +1,93 @@
+"""The outer step (powertrip/core/outer.py): FedAvg is w + delta to the bit, Nesterov is
+torch.optim.SGD(nesterov=True) on the pseudo-gradient -delta, and bad settings are named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from powertrip.core.config import ConfigError, RunConfig
+from powertrip.core.fedavg import apply_delta
+from powertrip.core.outer import OuterStep, outer_of, outer_update
+
+
+def _arrays(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "w": rng.normal(size=(6, 4)).astype(np.float32),
+        "b": rng.normal(size=4).astype(np.float32),
+        "steps": np.array([3], dtype=np.int64),  # a counter: added, no momentum
+    }
+
+
+def test_fedavg_is_apply_delta_bit_for_bit_and_keeps_no_buffer():
+    weights, delta = _arrays(0), _arrays(1)
+    new, buffer = outer_update(weights, delta, None, OuterStep("fedavg"))
+    assert buffer is None
+    for key, value in apply_delta(weights, delta).items():
+        assert np.array_equal(new[key], value)
+
+
+@pytest.mark.parametrize(("lr", "momentum"), [(0.7, 0.9), (1.0, 0.5), (0.3, 0.99)])
+def test_nesterov_matches_torch_sgd_on_the_pseudo_gradient(lr, momentum):
+    """Five rounds against torch's own Nesterov SGD stepping on g = -delta."""
+    step = OuterStep("nesterov", lr, momentum)
+    weights = {k: v for k, v in _arrays(0).items() if k != "steps"}
+    params = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in weights.items()}
+    sgd = torch.optim.SGD(list(params.values()), lr=lr, momentum=momentum, nesterov=True)
+    buffer = None
+    for r in range(5):
+        delta = {k: v for k, v in _arrays(10 + r).items() if k in weights}
+        weights, buffer = outer_update(weights, delta, buffer, step)
+        sgd.zero_grad()
+        for key, param in params.items():
+            param.grad = torch.from_numpy(-delta[key])
+        sgd.step()
+    for key, param in params.items():
+        np.testing.assert_allclose(weights[key], param.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert weights[key].dtype == np.float32
+    assert buffer is not None and set(buffer) == set(weights)
+
+
+def test_nesterov_adds_counters_as_fedavg_does_and_differs_from_fedavg_on_floats():
+    weights, delta = _arrays(0), _arrays(1)
+    new, buffer = outer_update(weights, delta, None, OuterStep("nesterov"))
+    assert np.array_equal(new["steps"], weights["steps"] + delta["steps"])
+    assert "steps" not in buffer
+    # the first step with lr 0.7 and momentum 0.9 moves 0.7 x 1.9 = 1.33 deltas
+    np.testing.assert_allclose(new["w"] - weights["w"], 1.33 * delta["w"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_outer_step_repeats_byte_for_byte():
+    a = outer_update(_arrays(0), _arrays(1), _arrays(2), OuterStep("nesterov"))
+    b = outer_update(_arrays(0), _arrays(1), _arrays(2), OuterStep("nesterov"))
+    for key in a[0]:
+        assert a[0][key].tobytes() == b[0][key].tobytes()
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"outer_optimizer": "adam"}, "outer_optimizer must be one of fedavg, nesterov"),
+        ({"outer_lr": 0}, "outer_lr: must be > 0"),
+        ({"outer_momentum": 1}, "outer_momentum: must be in [0, 1)"),
+        ({"outer_momentum": -0.1}, "outer_momentum: must be in [0, 1)"),
+    ],
+)
+def test_a_bad_outer_setting_is_named_with_what_is_allowed(values, words):
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace(")", r"\)")):
+        RunConfig().with_values(values, "--set").validate()
+
+
+def test_a_run_records_its_outer_step_and_a_stored_run_without_one_was_fedavg():
+    config = RunConfig().with_values({"outer_optimizer": "nesterov", "outer_lr": 0.5}, "--set")
+    assert outer_of(config) == OuterStep("nesterov", 0.5, 0.9)
+    stored = {k: v for k, v in RunConfig().to_dict().items() if not k.startswith("outer_")}
+    from powertrip.core.config import experiment_differences
+
+    assert experiment_differences(stored, RunConfig().to_dict()) == []
+    assert sorted(experiment_differences(stored, config.to_dict())) == [
+        "outer_lr",
+        "outer_optimizer",
+    ]
