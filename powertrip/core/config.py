@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from powertrip.core import footprint, outer, provenance
+from powertrip.core import deltacodec, footprint, outer, provenance
 from powertrip.core.configcheck import check_settings
 from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
@@ -50,6 +50,7 @@ LATER_SETTINGS: dict[str, Any] = {
     "outer_optimizer": "fedavg",
     "outer_lr": outer.OUTER_LR,
     "outer_momentum": outer.OUTER_MOMENTUM,
+    "delta_encoding": "fp32",
 }
 _ABSENT = object()
 
@@ -147,6 +148,10 @@ class RunConfig:
     outer_optimizer: str = "fedavg"
     outer_lr: float = outer.OUTER_LR
     outer_momentum: float = outer.OUTER_MOMENTUM
+    #: how sites encode their deltas for upload (powertrip/core/deltacodec.py): "fp32" as
+    #: they are (the paper's), "fp16" half the bytes, "int8" a quarter (per-tensor symmetric);
+    #: M (update_size_gb, the fp32 update) is charged at that share
+    delta_encoding: str = "fp32"
     round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
     data_dir: str | None = None
     shadow: bool = True
@@ -326,9 +331,11 @@ class RunConfig:
 
     @property
     def update_size_bytes(self) -> float:
+        """M as it crosses the wire: the fp32 update's bytes times the encoding's share
+        (deltacodec.WIRE_SHARE), what Eq. 3, the policies and the accounting charge."""
         if self.update_size_gb is None:
             raise ConfigError("update_size_gb is not resolved yet")
-        return self.update_size_gb * 1e9
+        return self.update_size_gb * 1e9 * deltacodec.WIRE_SHARE[self.delta_encoding]
 
 
 _TYPES: dict[str, Any] = {f.name: f.type for f in fields(RunConfig)}

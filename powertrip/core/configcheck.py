@@ -66,6 +66,13 @@ def check_settings(config: Any) -> None:
             config.update_size_gb > 0, "update_size_gb", f"must be > 0, got {config.update_size_gb}"
         )
     need(config.comm_directions in (1, 2), "comm_directions", "must be 1 (upload) or 2 (both)")
+    need(
+        config.comm_directions == 1 or config.delta_encoding == "fp32",
+        "delta_encoding",
+        f"{config.delta_encoding} encodes the upload only, while comm_directions 2 charges the "
+        "model's download at the same M; use comm_directions 1 (the paper's) or fp32",
+        "comm_directions",
+    )
     need(config.aggregation_s >= 0, "aggregation_s", f"must be >= 0, got {config.aggregation_s}")
     need(config.seed >= 0, "seed", f"must be >= 0, got {config.seed}")
     for name in ("lr", "tau_s"):

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from powertrip.core.clocks import CLOCKS
+from powertrip.core.deltacodec import DELTA_ENCODINGS
 from powertrip.core.outer import OUTER_OPTIMIZERS
 from powertrip.core.policies.base import param_number
 from powertrip.core.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS
@@ -31,6 +32,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "distance_distribution": DISTANCE_DISTRIBUTIONS,
     "link_model": LINK_MODELS,
     "outer_optimizer": OUTER_OPTIMIZERS,
+    "delta_encoding": DELTA_ENCODINGS,
 }
 
 

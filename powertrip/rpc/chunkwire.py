@@ -185,11 +185,12 @@ def encode_chunks(
     chunk_bytes: int = CHUNK_BYTES,
     start: tuple[int, int] = (0, 0),
     upload: bool = False,
+    delta_encoding: str = "fp32",
 ) -> Iterator[tuple[bytes, int]]:
     """(serialized message, its data bytes) for the same chunks as `tensors.encode_tensors`:
     TensorChunk messages, or UploadDeltaRequest{chunk} ones with `upload`; each tensor's data
     copied once."""
-    for meta, data in chunk_pieces(arrays, chunk_bytes, start):
+    for meta, data in chunk_pieces(arrays, chunk_bytes, start, delta_encoding):
         yield _chunk_bytes(meta, data, upload), len(data)
 
 

@@ -48,20 +48,22 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft")
+    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft", "delta_encoding")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     NUM_SITES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PEFT_FIELD_NUMBER: _ClassVar[int]
+    DELTA_ENCODING_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     workload: str
     num_sites: int
     seed: int
     data_dir: str
     peft: str
-    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ..., peft: _Optional[str] = ...) -> None: ...
+    delta_encoding: str
+    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ..., peft: _Optional[str] = ..., delta_encoding: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "site_ids", "spec", "session_token")
@@ -126,7 +128,7 @@ class DownloadModelRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., model_version: _Optional[int] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class DeltaHeader(_message.Message):
-    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token", "resume", "energy_j")
+    __slots__ = ("task_id", "site_id", "round", "model_version", "num_samples", "train_loss", "compute_wall_s", "steps", "worker_id", "session_token", "resume", "energy_j", "encoding_error")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +141,7 @@ class DeltaHeader(_message.Message):
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     ENERGY_J_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_ERROR_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     site_id: str
     round: int
@@ -151,7 +154,8 @@ class DeltaHeader(_message.Message):
     session_token: str
     resume: UploadPosition
     energy_j: float
-    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ..., resume: _Optional[_Union[UploadPosition, _Mapping]] = ..., energy_j: _Optional[float] = ...) -> None: ...
+    encoding_error: float
+    def __init__(self, task_id: _Optional[str] = ..., site_id: _Optional[str] = ..., round: _Optional[int] = ..., model_version: _Optional[int] = ..., num_samples: _Optional[int] = ..., train_loss: _Optional[float] = ..., compute_wall_s: _Optional[float] = ..., steps: _Optional[int] = ..., worker_id: _Optional[str] = ..., session_token: _Optional[str] = ..., resume: _Optional[_Union[UploadPosition, _Mapping]] = ..., energy_j: _Optional[float] = ..., encoding_error: _Optional[float] = ...) -> None: ...
 
 class UploadPosition(_message.Message):
     __slots__ = ("tensor_index", "offset")

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TensorChunk(_message.Message):
-    __slots__ = ("name", "dtype", "shape", "offset", "data", "crc32", "tensor_index", "tensor_count", "crc32c")
+    __slots__ = ("name", "dtype", "shape", "offset", "data", "crc32", "tensor_index", "tensor_count", "crc32c", "encoding", "scale")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,8 @@ class TensorChunk(_message.Message):
     TENSOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     TENSOR_COUNT_FIELD_NUMBER: _ClassVar[int]
     CRC32C_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
@@ -26,7 +28,9 @@ class TensorChunk(_message.Message):
     tensor_index: int
     tensor_count: int
     crc32c: int
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32: _Optional[int] = ..., tensor_index: _Optional[int] = ..., tensor_count: _Optional[int] = ..., crc32c: _Optional[int] = ...) -> None: ...
+    encoding: str
+    scale: float
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32: _Optional[int] = ..., tensor_index: _Optional[int] = ..., tensor_count: _Optional[int] = ..., crc32c: _Optional[int] = ..., encoding: _Optional[str] = ..., scale: _Optional[float] = ...) -> None: ...
 
 class SiteProfile(_message.Message):
     __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "power_source", "alive")

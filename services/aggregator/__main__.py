@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, pem in (("server", options.tls.cert), ("ca", options.tls.ca)):
             expiry = metrics.certificate_expiry.labels(name)
             expiry.set(certificate_facts(pem).expires_at_s)
-    state = AggregatorState(all_site_ids(run.num_sites))
+    state = AggregatorState(all_site_ids(run.num_sites), run.delta_encoding)
     loop = RoundLoop(config, state, metrics)
     try:
         loop.prepare()

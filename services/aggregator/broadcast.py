@@ -19,11 +19,15 @@ class ModelBroadcast:
     """The current model: its weights, their layout and size, its version, and its chunks
     as every download sends them (`chunkwire`: the data copied once, not once per site)."""
 
-    def __init__(self, lock: threading.Condition):
+    def __init__(self, lock: threading.Condition, delta_encoding: str = "fp32"):
         self._lock = lock
+        self.delta_encoding = delta_encoding
         self.weights: dict[str, np.ndarray] = {}
         self.layout: list[TensorSpec] = []
         self.nbytes = 0
+        #: a delta's layout and bytes as sites upload it (encoded as the run says)
+        self.delta_layout: list[TensorSpec] = []
+        self.delta_nbytes = 0
         self.version = 0
         self._chunks: list[tuple[bytes, int]] = []
 
@@ -34,6 +38,8 @@ class ModelBroadcast:
             self.weights = weights
             self.layout = layout_of(weights)
             self.nbytes = sum(s.nbytes for s in self.layout)
+            self.delta_layout = layout_of(weights, self.delta_encoding)
+            self.delta_nbytes = sum(s.wire_nbytes for s in self.delta_layout)
             self.version = version
             self._chunks = chunks
 

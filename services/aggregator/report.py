@@ -185,6 +185,13 @@ def run_summary(
         **footprint_summary(run, result),
         "sites": sites,
     }
+    if run.delta_encoding != "fp32":  # only then, as tau_source below
+        errors = result.encoding_errors
+        summary["delta_encoding"] = run.delta_encoding
+        summary["delta_encoding_error"] = {
+            "mean": float(np.mean(errors)) if errors else None,
+            "max": float(np.max(errors)) if errors else None,
+        }
     if run.tau_source != "fixed":  # only then: a fixed-tau run's summary stays as it was
         summary["tau_source"] = run.tau_source
         summary["tau_s"] = run.tau_s

@@ -58,6 +58,9 @@ class RoundInProgress:
     #: per accepted site: its training samples, and the joules NVML measured (when sent)
     num_samples: dict[str, int] = field(default_factory=dict)
     energy_j: dict[str, float] = field(default_factory=dict)
+    #: per accepted site: the relative error of its encoded delta, as it measured it
+    #: (DeltaHeader.encoding_error; 0 for fp32)
+    encoding_error: dict[str, float] = field(default_factory=dict)
     #: site id -> its FedAvg weight where the work model sets it (power-split: the samples
     #: its task trains on, local_steps x its batch); other sites weigh by num_samples
     fedavg_weights: dict[str, float] = field(default_factory=dict)

@@ -275,8 +275,7 @@ class RoundLoop:
             planned, selection, trained.progress, trained.collected_at,
             trained.wall_aggregation_s, wall_round_s,
         )  # fmt: skip
-        if result.footprint is not None:
-            result.footprint.add(footprint)
+        result.book(footprint, trained.progress.encoding_error)
         result.sim_time_s += measured.round_s
         result.rounds = round_no
         result.accuracy = trained.accuracy

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from powertrip.core.footprint import FootprintTotals
+from powertrip.core.footprint import FootprintTotals, RoundFootprint
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,18 @@ class LoopResult:
     footprint: FootprintTotals | None = field(default_factory=FootprintTotals)
     #: the totals when the target was reached (summary units), None before
     footprint_at_target: dict[str, float] | None = None
+    #: per round, the mean relative error of the accepted deltas' encoding (empty for fp32)
+    encoding_errors: list[float] = field(default_factory=list)
+
+    def book(self, footprint: RoundFootprint, encoding_error: Mapping[str, float]) -> None:
+        """Add a round to the run's totals: its footprint, and the mean of its accepted
+        deltas' encoding errors (none for fp32, whose sites report none)."""
+        if self.footprint is not None:
+            self.footprint.add(footprint)
+        if any(encoding_error.values()):
+            self.encoding_errors.append(
+                float(np.mean([encoding_error[s] for s in sorted(encoding_error)]))
+            )
 
     def to_json(self) -> dict:
         """Everything the next round depends on; floats survive JSON exactly (repr)."""
@@ -94,6 +107,7 @@ class LoopResult:
             ],
             "footprint": None if self.footprint is None else self.footprint.to_json(),
             "footprint_at_target": self.footprint_at_target,
+            "encoding_errors": list(self.encoding_errors),
         }
 
     @classmethod
@@ -110,6 +124,7 @@ class LoopResult:
                 FootprintTotals.from_json(data["footprint"]) if data.get("footprint") else None
             ),
             footprint_at_target=data.get("footprint_at_target"),
+            encoding_errors=[float(e) for e in data.get("encoding_errors", [])],
         )
 
 

@@ -40,6 +40,7 @@ def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
         seed=run.seed,
         data_dir=run.data_dir or "",
         peft=run.peft,
+        delta_encoding=run.delta_encoding,
     )
 
 

@@ -32,10 +32,10 @@ from services.aggregator.upload_ledger import UploadLedger
 class AggregatorState:
     """The aggregator's parts over `site_ids`, sharing `changed` (and its lock)."""
 
-    def __init__(self, site_ids: list[str]):
+    def __init__(self, site_ids: list[str], delta_encoding: str = "fp32"):
         self.changed = threading.Condition(threading.Lock())
         self.registry = WorkerRegistry(self.changed, site_ids)
-        self.model = ModelBroadcast(self.changed)
+        self.model = ModelBroadcast(self.changed, delta_encoding)
         self.queue = TaskQueue(self.changed, self.registry)
         self.uploads = UploadLedger(self.changed, self.registry, self.queue, self.model)
         self.status = RunStatusBoard(self.changed, self.registry)

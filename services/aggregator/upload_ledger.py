@@ -43,7 +43,8 @@ class UploadRefused(Exception):
 @dataclass(frozen=True)
 class UploadState:
     """Where one task's upload stands (UploadStatus): `state` accepted, partial (held up
-    to tensor `next[0]` byte `next[1]`) or none; `total_bytes` is the model's size."""
+    to tensor `next[0]` byte `next[1]`) or none; `total_bytes` is the delta's size as
+    it crosses the wire (encoded as the run says)."""
 
     state: str
     total_bytes: int
@@ -133,7 +134,7 @@ class UploadLedger:
         """A fresh upload of `site`'s delta (its `header` without `resume`) owned by stream
         `owner`: it replaces whatever the site's earlier uploads left held."""
         with self._lock:
-            layout, limit = list(self._model.layout), self._model.nbytes
+            layout, limit = list(self._model.delta_layout), self._model.nbytes
             current = self._queue.current
             if current is None or current.round != round_no:
                 raise UploadRefused("stale_round", "round ended")
@@ -220,7 +221,7 @@ class UploadLedger:
             task = current.tasks.get(task_id)
             if task is None or task.site_id != site:
                 raise UploadRefused("unknown_task", f"no task {task_id!r}")
-            total = self._model.nbytes
+            total = self._model.delta_nbytes
             if current.has_delta(site):
                 return UploadState("accepted", total)
             upload = current.partials.get(site)
@@ -269,6 +270,7 @@ class UploadLedger:
         num_samples: int,
         energy_j: float,
         bytes_up: int,
+        encoding_error: float = 0.0,
     ) -> None:
         """The claimed delta was summed: the site delivered, with what its worker reported."""
         with self._lock:
@@ -281,6 +283,8 @@ class UploadLedger:
             progress.num_samples[site] = num_samples
             if 0 < energy_j < math.inf:  # NaN and inf are not a measurement
                 progress.energy_j[site] = energy_j
+            if 0 <= encoding_error < math.inf:
+                progress.encoding_error[site] = encoding_error
             progress.bytes_up += bytes_up
             self._lock.notify_all()
 

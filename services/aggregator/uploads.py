@@ -302,7 +302,7 @@ class DeltaReceiver:
         self.ledger.book_delta(
             current, site, train_loss=header.train_loss, compute_wall_s=header.compute_wall_s,
             steps=header.steps, num_samples=header.num_samples, energy_j=header.energy_j,
-            bytes_up=received,
+            bytes_up=received, encoding_error=header.encoding_error,
         )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 import torch
 
+from powertrip.core import deltacodec
 from powertrip.core.batched import SiteJob, train_sites
 from powertrip.core.profiles import site_index
 from powertrip.core.workloads import get_workload
@@ -53,9 +54,11 @@ def _delta_messages(
     arrays: dict,
     start: tuple[int, int] | None = None,
     wire_chunks: bool = False,
+    delta_encoding: str = "fp32",
 ) -> Iterator[aggregator_pb2.UploadDeltaRequest | bytes]:
-    """The upload stream: the header, then the chunks; from `start` (tensor index, byte
-    offset) on, with the header's `resume` set, when continuing an interrupted upload.
+    """The upload stream: the header, then the chunks, encoded as the run says
+    (powertrip/core/deltacodec.py); from `start` (tensor index, encoded byte offset) on,
+    with the header's `resume` set, when continuing an interrupted upload.
     With `wire_chunks` (the stub is `chunkwire.AggregatorStub`) the chunks are serialized
     here, each tensor's data copied once; else they are messages for a generated stub."""
     if start is not None:
@@ -66,10 +69,16 @@ def _delta_messages(
         header = resumed
     yield aggregator_pb2.UploadDeltaRequest(header=header)
     if wire_chunks:
-        yield from (wire for wire, _ in encode_chunks(arrays, start=start or (0, 0), upload=True))
+        chunks = encode_chunks(
+            arrays, start=start or (0, 0), upload=True, delta_encoding=delta_encoding
+        )
+        yield from (wire for wire, _ in chunks)
     else:
         yield from encode_tensors(
-            arrays, into=aggregator_pb2.UploadDeltaRequest, start=start or (0, 0)
+            arrays,
+            into=aggregator_pb2.UploadDeltaRequest,
+            start=start or (0, 0),
+            delta_encoding=delta_encoding,
         )
 
 
@@ -250,6 +259,10 @@ class SiteWorker:
         verified, and the next stream sends only the rest. The aggregator ends the window
         early when the round closes (FAILED_PRECONDITION: the delta is too late)."""
         arrays = {k: v.numpy() for k, v in result.delta.items()}
+        encoding = self.spec.delta_encoding or "fp32"
+        error = 0.0
+        if encoding != "fp32":
+            error = deltacodec.relative_error(arrays, deltacodec.encode_all(arrays, encoding))
         header = aggregator_pb2.DeltaHeader(
             task_id=task.task_id,
             site_id=task.site_id,
@@ -260,6 +273,7 @@ class SiteWorker:
             compute_wall_s=wall_s,
             steps=result.steps,
             energy_j=energy_j,
+            encoding_error=error,
             worker_id=self.config.worker_id,
             session_token=session,
         )
@@ -277,7 +291,9 @@ class SiteWorker:
             try:
                 if attempt == 0:
                     stub.UploadDelta(
-                        _delta_messages(header, arrays, wire_chunks=_wire_chunks(stub)),
+                        _delta_messages(
+                            header, arrays, wire_chunks=_wire_chunks(stub), delta_encoding=encoding
+                        ),
                         timeout=first_deadline,
                     )
                 else:
@@ -325,7 +341,13 @@ class SiteWorker:
                 header.task_id, *start, status.bytes_held,
             )  # fmt: skip
         stub.UploadDelta(
-            _delta_messages(header, arrays, start, wire_chunks=_wire_chunks(stub)),
+            _delta_messages(
+                header,
+                arrays,
+                start,
+                wire_chunks=_wire_chunks(stub),
+                delta_encoding=self.spec.delta_encoding or "fp32",
+            ),
             timeout=max(0.1, window_end - time.monotonic()),
             wait_for_ready=True,
         )

@@ -34,9 +34,9 @@ RUN_LORA = [
 ]  # fmt: skip
 
 
-#: DiLoCo's outer step (issue #62): the checkpoint carries its momentum buffer, and the audit
-#: replays it
-RUN_NESTEROV = [*RUN, "--set", "outer_optimizer=nesterov"]
+#: DiLoCo's outer step with int8 deltas (issue #62): the checkpoint carries the momentum
+#: buffer, and the audit replays the step on the dequantized deltas
+RUN_NESTEROV = [*RUN, "--set", "outer_optimizer=nesterov", "--set", "delta_encoding=int8"]
 
 
 def _rounds(csv_bytes: bytes, last: int) -> list[bytes]:
@@ -54,7 +54,7 @@ def _needs(run: list[str]) -> list[str]:
 @pytest.mark.parametrize(
     "run",
     [RUN, RUN_NESTEROV, RUN_LORA],
-    ids=["synthetic", "synthetic-nesterov", "shakespeare-lm-lora"],
+    ids=["synthetic", "synthetic-nesterov-int8", "shakespeare-lm-lora"],
 )
 def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path, run):
     run = _needs(run)

@@ -1,0 +1,91 @@
+"""How a site's delta is encoded for upload (issue #62), as pure functions.
+
+A delta crosses the wire as 4-byte floats ("fp32", the paper's method), as IEEE half floats
+("fp16": half the bytes), or as signed bytes ("int8": a quarter): per-tensor symmetric
+quantization, as INTELLECT-1 all-reduces its pseudo-gradients (arXiv:2412.01152),
+
+    scale = max |x| / 127,   q = round(x / scale) clipped to [-127, 127],   x' = q * scale,
+
+so every element is off by at most scale / 2. The site quantizes, the aggregator
+dequantizes before the average. Only floating-point tensors are encoded; counters travel
+raw. The emulated update size M shrinks by the same share (`WIRE_SHARE`): Eq. 3's transfer
+time, the policies' M and the egress accounting all charge what crosses the wire.
+
+Nothing carries the rounding error to the next round (no error feedback); the site
+measures it (`relative_error`) and the run's summary reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+DELTA_ENCODINGS = ("fp32", "fp16", "int8")
+#: the wire's TensorChunk.encoding of each (fp32: the raw dtype, no encoding)
+CHUNK_ENCODING = {"fp32": "", "fp16": "fp16", "int8": "int8"}
+#: bytes on the wire per byte of a float32 delta
+WIRE_SHARE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
+#: encoded bytes per element of each chunk encoding
+ITEM_BYTES = {"fp16": 2, "int8": 1}
+INT8_MAX = 127
+
+
+class EncodedTensor(NamedTuple):
+    """A tensor as it crosses the wire: `wire` holds its bytes, `dtype` the decoded dtype."""
+
+    wire: np.ndarray
+    dtype: str
+    encoding: str  # a TensorChunk.encoding: "", "fp16" or "int8"
+    scale: float
+
+
+def encodes(array: np.ndarray) -> bool:
+    """Whether an encoding applies to this tensor (floating point); counters travel raw."""
+    return array.dtype.kind == "f"
+
+
+def encode(array: np.ndarray, delta_encoding: str) -> EncodedTensor:
+    """One tensor as `delta_encoding` sends it."""
+    if delta_encoding not in DELTA_ENCODINGS:
+        raise ValueError(
+            f"delta_encoding must be one of {', '.join(DELTA_ENCODINGS)}, got {delta_encoding!r}"
+        )
+    chunk_encoding = CHUNK_ENCODING[delta_encoding]
+    if not chunk_encoding or not encodes(array):
+        return EncodedTensor(array, array.dtype.name, "", 0.0)
+    if chunk_encoding == "fp16":
+        return EncodedTensor(array.astype(np.float16), array.dtype.name, "fp16", 0.0)
+    peak = float(np.max(np.abs(array))) if array.size else 0.0
+    scale = peak / INT8_MAX
+    if scale == 0.0 or not math.isfinite(scale):
+        return EncodedTensor(np.zeros(array.shape, np.int8), array.dtype.name, "int8", 0.0)
+    q = np.clip(np.rint(array / np.float32(scale)), -INT8_MAX, INT8_MAX).astype(np.int8)
+    return EncodedTensor(q, array.dtype.name, "int8", scale)
+
+
+def decode(wire: np.ndarray, dtype: str, encoding: str, scale: float) -> np.ndarray:
+    """The tensor an encoded one stands for, in its own dtype."""
+    if encoding == "":
+        return wire
+    if encoding == "fp16":
+        return wire.astype(dtype)
+    return (wire.astype(np.float32) * np.float32(scale)).astype(dtype, copy=False)
+
+
+def encode_all(arrays: Mapping[str, np.ndarray], delta_encoding: str) -> dict[str, EncodedTensor]:
+    return {name: encode(array, delta_encoding) for name, array in arrays.items()}
+
+
+def relative_error(arrays: Mapping[str, np.ndarray], encoded: Mapping[str, EncodedTensor]) -> float:
+    """||decode(encode(delta)) - delta|| / ||delta|| over the whole delta (0 for a zero one)."""
+    diff = total = 0.0
+    for name, array in arrays.items():
+        e = encoded[name]
+        x = array.astype(np.float64)
+        back = decode(e.wire, e.dtype, e.encoding, e.scale).astype(np.float64)
+        diff += float(np.sum((back - x) ** 2))
+        total += float(np.sum(x**2))
+    return math.sqrt(diff / total) if total > 0 else 0.0

@@ -1,0 +1,153 @@
+"""Delta encodings (powertrip/core/deltacodec.py) and their wire checks
+(powertrip/rpc/tensors.py): int8 is off by at most half a scale per element, fp16 and int8
+streams decode to what the codec says, resumes re-encode to the same bytes, and every bad
+scale, encoding or length is refused with its reason."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from powertrip.core import deltacodec
+from powertrip.core.config import RunConfig
+from powertrip.rpc.chunkwire import encode_chunks, parse_upload_request
+from powertrip.rpc.tensors import TensorAssembler, TensorStreamError, encode_tensors, layout_of
+
+
+def _delta(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "conv.weight": rng.normal(0, 0.02, (8, 3, 3, 3)).astype(np.float32),
+        "fc.bias": rng.normal(0, 0.5, 10).astype(np.float32),
+        "zeros": np.zeros(5, np.float32),
+        "bn.num_batches_tracked": np.array(7, dtype=np.int64),
+    }
+
+
+def _assemble(chunks, expected):
+    assembler = TensorAssembler(expected=expected)
+    for chunk in chunks:
+        assembler.add(chunk)
+    return assembler.finish()
+
+
+def test_int8_is_off_by_at_most_half_a_scale_and_counters_travel_raw():
+    delta = _delta()
+    encoded = deltacodec.encode_all(delta, "int8")
+    for name, array in delta.items():
+        e = encoded[name]
+        back = deltacodec.decode(e.wire, e.dtype, e.encoding, e.scale)
+        assert back.dtype == array.dtype and back.shape == array.shape
+        if array.dtype.kind != "f":
+            assert e.encoding == "" and np.array_equal(back, array)
+            continue
+        assert e.wire.dtype == np.int8 and e.encoding == "int8"
+        assert np.max(np.abs(back - array)) <= e.scale / 2 * (1 + 1e-6)
+    assert encoded["zeros"].scale == 0.0
+    error = deltacodec.relative_error(delta, encoded)
+    assert 0 < error < 0.02  # about 1 % for Gaussian tensors
+    assert deltacodec.relative_error(delta, deltacodec.encode_all(delta, "fp32")) == 0.0
+
+
+@pytest.mark.parametrize("encoding", ["fp16", "int8"])
+def test_an_encoded_stream_decodes_to_the_codecs_values_on_both_wire_paths(encoding):
+    delta = _delta()
+    expected = layout_of(delta, encoding)
+    want = {
+        k: deltacodec.decode(e.wire, e.dtype, e.encoding, e.scale)
+        for k, e in deltacodec.encode_all(delta, encoding).items()
+    }
+    plain = _assemble(encode_tensors(delta, chunk_bytes=64, delta_encoding=encoding), expected)
+    wire = [
+        parse_upload_request(m).chunk
+        for m, _ in encode_chunks(delta, chunk_bytes=64, upload=True, delta_encoding=encoding)
+    ]
+    fast = _assemble(wire, expected)
+    for key in delta:
+        assert np.array_equal(plain[key], want[key]) and np.array_equal(fast[key], want[key])
+    wire_bytes = sum(s.wire_nbytes for s in expected)
+    assert wire_bytes < sum(s.nbytes for s in expected)
+
+
+def test_a_resumed_int8_stream_re_encodes_to_the_same_bytes():
+    delta = _delta()
+    expected = layout_of(delta, "int8")
+    whole = list(encode_tensors(delta, chunk_bytes=32, delta_encoding="int8"))
+    assembler = TensorAssembler(expected=expected)
+    for chunk in whole[:5]:
+        assembler.add(chunk)
+    for chunk in encode_tensors(
+        delta, chunk_bytes=32, start=assembler.position, delta_encoding="int8"
+    ):
+        assembler.add(chunk)
+    again = _assemble(whole, expected)
+    for key, value in assembler.finish().items():
+        assert np.array_equal(value, again[key])
+
+
+def _bad(mutate, encoding="int8", expected_encoding="int8"):
+    chunks = list(encode_tensors(_delta(), chunk_bytes=64, delta_encoding=encoding))
+    mutate(chunks)
+    with pytest.raises(TensorStreamError) as info:
+        _assemble(chunks, layout_of(_delta(), expected_encoding))
+    return info.value.reason
+
+
+def _set(index: int, **fields):
+    def mutate(chunks):
+        for name, value in fields.items():
+            setattr(chunks[index], name, value)
+
+    return mutate
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf, -0.5])
+def test_a_bad_int8_scale_is_refused(scale):
+    assert _bad(_set(0, scale=scale)) == "scale"
+
+
+def test_a_scale_that_changes_inside_a_tensor_is_refused():
+    assert _bad(_set(1, scale=1.0)) == "encoding"  # chunk 1 is still conv.weight's
+
+
+def test_encodings_that_do_not_fit_are_refused():
+    assert _bad(lambda c: None, encoding="fp32") == "encoding"  # raw where int8 is expected
+    assert _bad(lambda c: None, encoding="int8", expected_encoding="fp16") == "encoding"
+    assert _bad(_set(0, encoding="int4")) == "encoding"
+
+    def int8_counter(chunks):
+        last = chunks[-1]  # bn.num_batches_tracked, an int64
+        last.encoding, last.scale = "int8", 1.0
+
+    assert _bad(int8_counter) == "encoding"
+
+    def scale_on_raw(chunks):
+        chunks[-1].scale = 2.0
+
+    assert _bad(scale_on_raw) == "scale"
+
+
+def test_a_wrong_length_is_refused():
+    def longer(chunks):
+        chunks[0].data = chunks[0].data + b"\0" * (len(chunks[0].data) + 300)
+
+    def shorter(chunks):
+        conv = [c for c in chunks if c.tensor_index == 0]
+        del chunks[len(conv) - 1]  # conv.weight's last chunk never arrives
+
+    # the checksum no longer matches the longer data either; the length is checked first
+    assert _bad(longer) == "oversized"
+    assert _bad(shorter) == "truncated"
+
+
+def test_m_is_charged_at_the_encodings_share_and_the_setting_is_checked():
+    run = RunConfig(update_size_gb=2.0)
+    assert run.update_size_bytes == 2e9
+    assert RunConfig(update_size_gb=2.0, delta_encoding="fp16").update_size_bytes == 1e9
+    assert RunConfig(update_size_gb=2.0, delta_encoding="int8").update_size_bytes == 5e8
+    with pytest.raises(ValueError, match="delta_encoding must be one of fp32, fp16, int8"):
+        RunConfig().with_values({"delta_encoding": "int4"}, "--set")
+    with pytest.raises(ValueError, match="delta_encoding: int8 encodes the upload only"):
+        RunConfig(delta_encoding="int8", comm_directions=2).validate()
