@@ -16,6 +16,9 @@ both alike; the ratio is the median of the pairwise ratios:
 * pinned_vs_native (bench/kernels.py): the bare loop with the CPU kernels pinned to AVX2, as
   every run has them by default, against the CPU's own (`POWERTRIP_CPU_KERNELS=native`).
 * fedavg_GBps over 100 CNN deltas vs memcpy_GBps, with the aggregating process's peak RSS.
+* int8_wire_bytes_ratio, int8_encode_vs_fp32, int8_receive_fedavg_vs_fp32
+  (bench/deltawire.py): int8 deltas' bytes, the site's encode and the aggregator's
+  receive-check-decode-sum against fp32's in the same run.
 * select_ms_p99 for SelectSites over gRPC at 100, 1,000 and 10,000 sites.
 * scale_overhead_ms (bench/scale.py): a real round's time outside training (profiles,
   selection, dispatch, aggregation, records) at 100 to 100,000 sites, its growth between
@@ -55,6 +58,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # One module per figure, each with measure(args, work, results) -> dict (bench/__init__.py).
 from bench import (  # noqa: E402
+    deltawire,
     demo,
     fedavg,
     flower,
@@ -74,6 +78,7 @@ BENCHMARKS = {
     "flower": flower,
     "transfer": transfer,
     "fedavg": fedavg,
+    "deltawire": deltawire,
     "select": select_sites,
     "scale": scale,
     "gpu": gpu,
@@ -103,7 +108,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: small and fast")
     parser.add_argument(
         "--only",
-        help="comma-separated: train,kernels,flower,transfer,fedavg,select,scale,gpu,qlora",
+        help="comma-separated: train,kernels,flower,transfer,fedavg,deltawire,select,scale,gpu,"
+        "qlora",
     )
     parser.add_argument(
         "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"
