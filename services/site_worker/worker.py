@@ -105,6 +105,8 @@ class SiteWorker:
         self._stop = False
         self._channel: grpc.Channel | None = None
         self._count_lock = threading.Lock()
+        #: how deltas cross the wire: the run's (RunSpec.delta_encoding, set at registration)
+        self.delta_encoding = "fp32"
         torch.set_num_threads(config.threads)
 
     def stop(self) -> None:
@@ -146,6 +148,7 @@ class SiteWorker:
 
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
+        self.delta_encoding = spec.delta_encoding or "fp32"
         self.workload = get_workload(spec.workload, spec.peft or None)
         # a site's samples are asked for when it trains: a workload may make them then
         self.sites = self.workload.site_data(
@@ -259,7 +262,7 @@ class SiteWorker:
         verified, and the next stream sends only the rest. The aggregator ends the window
         early when the round closes (FAILED_PRECONDITION: the delta is too late)."""
         arrays = {k: v.numpy() for k, v in result.delta.items()}
-        encoding = self.spec.delta_encoding or "fp32"
+        encoding = self.delta_encoding
         error = 0.0
         if encoding != "fp32":
             error = deltacodec.relative_error(arrays, deltacodec.encode_all(arrays, encoding))
@@ -346,7 +349,7 @@ class SiteWorker:
                 arrays,
                 start,
                 wire_chunks=_wire_chunks(stub),
-                delta_encoding=self.spec.delta_encoding or "fp32",
+                delta_encoding=self.delta_encoding,
             ),
             timeout=max(0.1, window_end - time.monotonic()),
             wait_for_ready=True,
