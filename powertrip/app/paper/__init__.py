@@ -30,6 +30,7 @@ from powertrip.app.paper import (
     fig14,
     heldout,
     llm,
+    outer_study,
     plateau,
     tau_sweep,
 )
@@ -53,6 +54,7 @@ MODULES: tuple[ModuleType, ...] = (
     heldout,
     tau_sweep,
     llm,
+    outer_study,
 )
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Figs. 2,
@@ -77,6 +79,7 @@ FIGURES: dict[str, ModuleType] = {
     "heldout": heldout,
     "tau": tau_sweep,
     "llm": llm,
+    "outer": outer_study,
 }
 
 #: canonical key ('6-7', '8', ..., 'ablation') -> suite

@@ -112,10 +112,10 @@ def load_setup(
     train = load_variant(
         out, source.name, source.label, [static_arm(k).name for k in grid], TRAIN_SEEDS, grid
     )
-    return train, {g: _load_group(out, setup, seeds, train) for g, seeds in GROUPS.items()}
+    return train, {g: load_group(out, setup, seeds, train) for g, seeds in GROUPS.items()}
 
 
-def _load_group(out: Path, setup: Variant, seeds: Sequence[int], train: VariantData) -> VariantData:
+def load_group(out: Path, setup: Variant, seeds: Sequence[int], train: VariantData) -> VariantData:
     ks = sorted(
         {
             int(p.name.removeprefix("static-k"))
@@ -128,7 +128,7 @@ def _load_group(out: Path, setup: Variant, seeds: Sequence[int], train: VariantD
     v = VariantData(setup.name, setup.label, arms, all_seeds=list(seeds))
     fill_runs(v, out, arms, seeds)
     v.sweep = [k for k in ks if len(v.runs.get(static_arm(k).name, {})) > 0]
-    v.seeds = [s for s in seeds if train.kstar is not None and _time(v, s, train.kstar)]
+    v.seeds = [s for s in seeds if train.kstar is not None and time_of(v, s, train.kstar)]
     v.kstar = train.kstar
     return v
 
@@ -143,7 +143,7 @@ def _groups(d: Mapping[str, VariantData]) -> list[tuple[VariantData, str, Varian
     ]
 
 
-def _time(v: VariantData, seed: int, k_or_arm: int | str) -> C.Sample | None:
+def time_of(v: VariantData, seed: int, k_or_arm: int | str) -> C.Sample | None:
     arm = static_arm(k_or_arm).name if isinstance(k_or_arm, int) else k_or_arm
     run = v.runs.get(arm, {}).get(seed)
     return None if run is None else sample_of(run)
@@ -153,7 +153,7 @@ def oracle(v: VariantData, seed: int) -> tuple[int, C.Sample] | None:
     """The held-out seed's own fastest static k among those that reached the target."""
     best: tuple[int, C.Sample] | None = None
     for k in v.sweep:
-        s = _time(v, seed, k)
+        s = time_of(v, seed, k)
         if s is not None and s.reached and (best is None or s.value < best[1].value):
             best = (k, s)
     return best
@@ -164,9 +164,9 @@ def comparison(v: VariantData, arm: str, against: str) -> tuple[list[float], str
     seed's own oracle ('oracle'); the bound marks; the seeds used."""
     diffs, marks, seeds = [], "", []
     for seed in v.seeds:
-        a = _time(v, seed, arm)
+        a = time_of(v, seed, arm)
         if against == "kstar":
-            b = _time(v, seed, v.kstar) if v.kstar is not None else None
+            b = time_of(v, seed, v.kstar) if v.kstar is not None else None
         else:
             found = oracle(v, seed)
             b = found[1] if found else None
@@ -179,7 +179,7 @@ def comparison(v: VariantData, arm: str, against: str) -> tuple[list[float], str
     return diffs, marks, seeds
 
 
-def _fmt(mean: float, low: float, high: float, marks: str) -> str:
+def fmt_paired(mean: float, low: float, high: float, marks: str) -> str:
     if not math.isfinite(mean):
         return "not run"
     prefix = ">" if ">" in marks and "<" not in marks else ""
@@ -205,7 +205,7 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
                         "PowerTrip beats static k* (paper §5.3)"
                         if arm == "powertrip" and against == "kstar"
                         else "goal: within 5 % or faster",
-                        _fmt(mean, low, high, marks)
+                        fmt_paired(mean, low, high, marks)
                         + (" (time to target vs the static run)" if diffs else ""),
                         verdict(mean, low, high, marks),
                         len(seeds),
@@ -246,7 +246,7 @@ def _times_table(v: VariantData, arms: Sequence[str], seeds: Sequence[int], labe
     for seed in seeds:
         cells = [str(seed)]
         for arm in (*arms, v.kstar):
-            s = _time(v, seed, arm) if arm is not None else None
+            s = time_of(v, seed, arm) if arm is not None else None
             cells.append(C.fmt_time([s]) if s is not None else "-")
         found = oracle(v, seed)
         cells.append(f"k = {found[0]}: {C.fmt_time([found[1]])}" if found else "-")
@@ -280,10 +280,10 @@ def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> l
         v = _merged(groups)
         seeds = list(v.all_seeds)
         for arm, (color, marker) in styles.items():
-            ys = [_hours(_time(v, s, arm)) for s in seeds]
+            ys = [_hours(time_of(v, s, arm)) for s in seeds]
             ax.plot(seeds, ys, marker=marker, color=color, linestyle="", label=arm)
         if v.kstar is not None:
-            ys = [_hours(_time(v, s, v.kstar)) for s in seeds]
+            ys = [_hours(time_of(v, s, v.kstar)) for s in seeds]
             label = f"static k* = {v.kstar} (seeds 0-4)"
             ax.plot(
                 seeds, ys, marker="_", markersize=18, color="tab:blue", linestyle="", label=label
