@@ -11,9 +11,8 @@ Each round it
    copy, so the choice equals the service's for the same profiles and history (tested);
 3. bounds k as FedAvg bounds its sample: at most `fraction_train` of the nodes that
    answered, at least `min_train_nodes` (which wins, as in FedAvg);
-4. sends the train messages to the chosen nodes only, and FedAvg-aggregates their replies,
-   then applies the outer step (`outer_optimizer`: FedAvg's average as it is, or DiLoCo's
-   Nesterov step on the averaged delta, powertrip/core/outer.py);
+4. sends the train messages to the chosen nodes only, FedAvg-aggregates their replies and
+   applies the outer step (`outer_optimizer`: FedAvg's average, or DiLoCo's Nesterov step);
 5. records the round for the policy's history (k, the sites in rank order, the round time,
    the accuracy under `accuracy_key`: a centralized `evaluate_fn`'s, else the federated
    evaluation's), and writes it to `out_dir`'s decisions.jsonl.
@@ -79,9 +78,8 @@ class PowerTripStrategy(FedAvg):
         utility reads it, with the FedAvg weight `weighted_by_key`).
       target_accuracy: reported to the policy as the services do (it never stops the run).
       profile_timeout_s: how long each round's profile query waits for the nodes.
-      outer_optimizer, outer_lr, outer_momentum: the outer step, as the services' settings of
-        the same names: "fedavg" (the average, as Flower's FedAvg) or "nesterov" (DiLoCo's
-        outer SGD with Nesterov momentum on the averaged delta; OpenDiLoCo's 0.7 and 0.9).
+      outer_optimizer, outer_lr, outer_momentum: the services' settings (core/outer.py):
+        "fedavg", the average as is, or "nesterov", DiLoCo's step on the averaged delta.
       out_dir: where decisions.jsonl and rounds.csv go (None: nowhere); `start` refuses a
         directory that holds an earlier run's.
 
