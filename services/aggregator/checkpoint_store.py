@@ -224,28 +224,25 @@ class CheckpointStore:
             outer_buffer=outer_buffer,
         )
 
-    def _profiles_file(self, saved: dict) -> bytes:
-        """The last profiles' bytes from the side file state.json names, checked by its
-        hash."""
-        path = self.out_dir / CHECKPOINT_DIR / str(saved["last_profiles_file"])
+    def _side_file(self, saved: dict, key: str, what: str) -> tuple[Path, bytes]:
+        """(path, bytes) of the side file state.json names under `key` ("..._file"),
+        checked against the SHA-256 it records beside it ("..._sha256")."""
+        path = self.out_dir / CHECKPOINT_DIR / str(saved[key])
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise CheckpointError(f"{path}: unreadable checkpoint profiles: {exc}") from None
-        if hashlib.sha256(data).hexdigest() != saved.get("last_profiles_sha256"):
+            raise CheckpointError(f"{path}: unreadable checkpoint {what}: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != saved.get(key.replace("_file", "_sha256")):
             raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
-        return data
+        return path, data
+
+    def _profiles_file(self, saved: dict) -> bytes:
+        """The last profiles' bytes, checked by their hash."""
+        return self._side_file(saved, "last_profiles_file", "profiles")[1]
 
     def _outer_file(self, saved: dict, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The outer optimizer's buffer from the side file state.json names, checked by its
-        hash and against the model's shapes."""
-        path = self.out_dir / CHECKPOINT_DIR / str(saved["outer_buffer_file"])
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CheckpointError(f"{path}: unreadable outer optimizer state: {exc}") from None
-        if hashlib.sha256(data).hexdigest() != saved.get("outer_buffer_sha256"):
-            raise CheckpointError(f"{path}: SHA-256 does not match its state.json")
+        """The outer optimizer's buffer, checked by its hash and against the model's shapes."""
+        path, data = self._side_file(saved, "outer_buffer_file", "outer optimizer state")
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             buffer = {k: npz[k] for k in npz.files}
         if any(k not in weights or buffer[k].shape != weights[k].shape for k in buffer):

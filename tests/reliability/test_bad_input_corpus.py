@@ -80,11 +80,12 @@ def _chunk(name, array, index, count, data=None, crc=None, **kw):
     )
 
 
-@pytest.fixture()
-def stack(stack_factory, tmp_path):
+def two_site_stack(stack_factory, tmp_path, **settings):
+    """A real aggregator (and its services) for two sites with per-site tokens, metrics
+    served: (the aggregator, its metrics port)."""
     config = RunConfig(
         workload="synthetic", num_sites=2, max_rounds=2, seed=3, policy="all",
-        target_accuracy=0.999, round_deadline_s=300,
+        target_accuracy=0.999, round_deadline_s=300, **settings,
     )  # fmt: skip
     path = tmp_path / "run.yaml"
     config.write_yaml(path)
@@ -95,6 +96,11 @@ def stack(stack_factory, tmp_path):
         path, tmp_path / "run", "--site-tokens", str(tokens), "--metrics-port", str(metrics_port)
     )
     return aggregator, metrics_port
+
+
+@pytest.fixture()
+def stack(stack_factory, tmp_path):
+    return two_site_stack(stack_factory, tmp_path)
 
 
 def test_bad_input_corpus_each_case_has_its_status_and_reason(stack):

@@ -13,14 +13,12 @@ import zlib
 import grpc
 import numpy as np
 import pytest
-import yaml
 
 from powertrip.core import deltacodec
-from powertrip.core.config import RunConfig
 from powertrip.core.fedavg import apply_delta, weighted_average
 from powertrip.rpc.tensors import encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
-from tests.reliability.procs import free_port, scrape, wait_for
+from tests.reliability.procs import scrape, wait_for
 from tests.reliability.test_bad_input_corpus import (
     TOKENS,
     _channel,
@@ -28,24 +26,13 @@ from tests.reliability.test_bad_input_corpus import (
     _register,
     _stream,
     _tasks,
+    two_site_stack,
 )
 
 
 @pytest.fixture()
 def int8_stack(stack_factory, tmp_path):
-    config = RunConfig(
-        workload="synthetic", num_sites=2, max_rounds=2, seed=3, policy="all",
-        target_accuracy=0.999, round_deadline_s=300, delta_encoding="int8",
-    )  # fmt: skip
-    path = tmp_path / "run.yaml"
-    config.write_yaml(path)
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(yaml.safe_dump(TOKENS))
-    metrics_port = free_port()
-    _, _, aggregator = stack_factory(
-        path, tmp_path / "run", "--site-tokens", str(tokens), "--metrics-port", str(metrics_port)
-    )
-    return aggregator, metrics_port
+    return two_site_stack(stack_factory, tmp_path, delta_encoding="int8")
 
 
 def _int8(arrays, chunk_bytes: int = 1 << 20):
