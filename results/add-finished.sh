@@ -15,6 +15,7 @@ for summary in results/reproduce/runs/*/seed*/*/summary.json; do
     git add -- "$run"
     staged=$((staged + 1))
     git add -- "$(dirname "$run")/base-config.yaml" 2>/dev/null || true
+    git add -- "$(dirname "$run")/sites.json" 2>/dev/null || true
   fi
 done
 [[ -f results/reproduce/reproduce.json ]] && git add results/reproduce/reproduce.json

@@ -30,6 +30,9 @@ ROUNDS = "rounds.csv"
 DECISIONS = "decisions.jsonl"
 WALL = "wall.csv"
 SUMMARY = "summary.json"
+#: a reproduction's seed folder keeps its runs' shared site table once, here, and their
+#: summary.json files without it (powertrip/app/experiments/sitetables.py)
+SHARED_SITES = "sites.json"
 CHECKPOINT_DIR = "checkpoint"
 LOGS_DIR = "logs"
 #: a report reads the first of these that exists (older runs may lack config.yaml)

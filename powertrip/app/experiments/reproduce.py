@@ -358,8 +358,12 @@ def _ran_summary(logs: Sequence[RunLog], started: float) -> int:
 def _render(
     out: Path, figures: Sequence[str], meta: Mapping[str, Any], args: Any, logs: list[RunLog]
 ) -> int:
+    from powertrip.app.experiments.sitetables import share_all
     from powertrip.app.paper.render import render_all
 
+    saved = share_all(out / "runs")
+    if saved:
+        print(f"reproduce: each seed folder's site table kept once ({saved / 1e6:.1f} MB saved)")
     reports = render_all(out, figures, meta)
     for figure, path in reports.items():
         print(f"figure {figure}: {path}")

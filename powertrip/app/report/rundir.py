@@ -76,6 +76,13 @@ def read_summary(file: Path) -> dict[str, Any]:
     missing = [key for key in SUMMARY_KEYS if key not in data]
     if missing:
         raise ReportError(f"{file}: missing key(s) {', '.join(missing)}")
+    shared = file.parent.parent / runfiles.SHARED_SITES
+    if "sites" not in data and shared.is_file():  # a reproduction's runs share one table
+        try:
+            data["sites"] = json.loads(shared.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportError(f"{shared}: cannot read the shared site table: {exc}") from exc
+        file = shared
     sites = data.get("sites")
     if sites is not None:
         if not isinstance(sites, list):
