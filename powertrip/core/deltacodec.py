@@ -28,8 +28,9 @@ DELTA_ENCODINGS = ("fp32", "fp16", "int8")
 CHUNK_ENCODING = {"fp32": "", "fp16": "fp16", "int8": "int8"}
 #: bytes on the wire per byte of a float32 delta
 WIRE_SHARE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
-#: encoded bytes per element of each chunk encoding
-ITEM_BYTES = {"fp16": 2, "int8": 1}
+#: the dtype each chunk encoding puts on the wire, and so its bytes per element
+WIRE_DTYPE = {"fp16": np.dtype(np.float16), "int8": np.dtype(np.int8)}
+ITEM_BYTES = {encoding: dtype.itemsize for encoding, dtype in WIRE_DTYPE.items()}
 INT8_MAX = 127
 
 

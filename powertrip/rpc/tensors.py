@@ -316,7 +316,7 @@ class TensorAssembler:
                 raise TensorStreamError(
                     "truncated", f"{spec.name}: {filled} of {spec.wire_nbytes} bytes"
                 )
-            wire_dtype = {"fp16": np.float16, "int8": np.int8}.get(spec.encoding, spec.dtype)
+            wire_dtype = deltacodec.WIRE_DTYPE.get(spec.encoding, spec.dtype)
             array = np.frombuffer(buf, dtype=np.dtype(wire_dtype).newbyteorder("<")).reshape(
                 spec.shape
             )

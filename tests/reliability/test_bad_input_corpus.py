@@ -59,6 +59,11 @@ def _download(stub, worker, session, version) -> dict[str, np.ndarray]:
     return assembler.finish()
 
 
+def rejected_total(metrics_port: int, reason: str) -> float:
+    """powertrip_delta_rejected_total{reason} as the aggregator's metrics endpoint serves it."""
+    return scrape(metrics_port).get(f'powertrip_delta_rejected_total{{reason="{reason}"}}', 0.0)
+
+
 def _stream(header, chunks):
     yield aggregator_pb2.UploadDeltaRequest(header=header)
     for chunk in chunks:
@@ -189,9 +194,7 @@ def test_bad_input_corpus_each_case_has_its_status_and_reason(stack):
         ]  # fmt: skip
 
         def rejected(reason: str) -> float:
-            return scrape(metrics_port).get(
-                f'powertrip_delta_rejected_total{{reason="{reason}"}}', 0.0
-            )
+            return rejected_total(metrics_port, reason)
 
         for name, head, chunks, code, reason in corpus:
             before = rejected(reason)

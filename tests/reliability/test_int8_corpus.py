@@ -18,7 +18,7 @@ from powertrip.core import deltacodec
 from powertrip.core.fedavg import apply_delta, weighted_average
 from powertrip.rpc.tensors import encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
-from tests.reliability.procs import scrape, wait_for
+from tests.reliability.procs import wait_for
 from tests.reliability.test_bad_input_corpus import (
     TOKENS,
     _channel,
@@ -26,6 +26,7 @@ from tests.reliability.test_bad_input_corpus import (
     _register,
     _stream,
     _tasks,
+    rejected_total,
     two_site_stack,
 )
 
@@ -92,9 +93,7 @@ def test_malformed_int8_deltas_are_refused_and_counted_and_the_round_goes_on(int
         ]
 
         def rejected(reason: str) -> float:
-            return scrape(metrics_port).get(
-                f'powertrip_delta_rejected_total{{reason="{reason}"}}', 0.0
-            )
+            return rejected_total(metrics_port, reason)
 
         for name, chunks, reason in corpus:
             before = rejected(reason)
