@@ -10,7 +10,7 @@ start), in delta terms (torch.optim.SGD(nesterov=True)'s update with g = -delta)
     b_t = mu * b_{t-1} + delta_t
     w_{t+1} = w_t + lr * (delta_t + mu * b_t)
 
-"fedavg" is w + delta exactly (`fedavg.apply_delta`), with no buffer. Tensors that are not
+"fedavg" is w + delta exactly (as `fedavg.apply_delta`), with no buffer. Tensors that are not
 floating point (counters) are added as FedAvg adds them. The buffer is part of a run's
 state: the checkpoint carries it (so kill and --resume continue to the same bytes)
 and the audit trail replays it (so `powertrip audit` still recomputes the model).
@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from powertrip.core.fedavg import apply_delta
 
 #: "fedavg": w + delta (the paper's method); "nesterov": DiLoCo's outer SGD with momentum
 OUTER_OPTIMIZERS = ("fedavg", "nesterov")
@@ -91,8 +89,9 @@ def outer_update(
 
     `buffer` is the previous round's (None before the first round, or for fedavg, which
     keeps none)."""
-    if not step.has_state:
-        return apply_delta(weights, delta), None
+    if not step.has_state:  # fedavg.apply_delta's sum; not imported: fedavg needs torch,
+        # and the policy and profiler images, which read this module through RunConfig, have none
+        return {k: w + delta[k].astype(w.dtype, copy=False) for k, w in weights.items()}, None
     new_weights: dict[str, np.ndarray] = {}
     new_buffer: dict[str, np.ndarray] = {}
     for key, w in weights.items():
