@@ -78,6 +78,7 @@ from tests.e2e.test_swarm_stack import (
     IMAGE_UID,
     STACK_FILE,
     finished_run,
+    logs_with_links,
     shaped_on_overlay,
 )
 
@@ -195,7 +196,8 @@ def test_swarm_across_three_nodes_survives_a_lost_node(multinode):
     figures["placement"] = ", ".join(f"{t['slot']} on {t['node']}" for t in tasks)
 
     # links shaped on the overlay (eth0) and measured across nodes near their configuration
-    figures["links"] = shaped_on_overlay(_service_logs(cluster, stack, "site-worker"), SITES)
+    site_logs = logs_with_links(lambda: _service_logs(cluster, stack, "site-worker"), SITES)
+    figures["links"] = shaped_on_overlay(site_logs, SITES)
 
     # 2. stop worker1's node just after a round starts (its site is then mid-round)
     _wait("round 2", lambda: last_round(out) >= 2, 600, every_s=1)

@@ -284,6 +284,21 @@ LINK = re.compile(
 )
 
 
+def logs_with_links(read_logs, sites: int, timeout_s: float = 120) -> str:
+    """The site workers' logs once they hold `sites` sites' link measurements: `docker
+    service logs` lags behind the tasks (a run in CI read none of a registered site's lines
+    right after it registered), so a single read can come back empty."""
+
+    def measured() -> str | None:
+        logs = read_logs()
+        return logs if len({s for s, *_ in LINK.findall(logs)}) >= sites else None
+
+    try:
+        return _wait(f"{sites} sites' link lines in the site workers' logs", measured, timeout_s)
+    except AssertionError:
+        return read_logs()  # shaped_on_overlay then says what is missing
+
+
 def shaped_on_overlay(logs: str, sites: int) -> str:
     """Check from the site workers' logs that each of `sites` sites shaped its link on the
     overlay interface (eth0) and measured it within 25 % of its configuration; returns
@@ -336,7 +351,8 @@ def test_swarm_stack_scales_takes_a_remote_site_and_survives_killed_tasks(swarm_
 
     # their links are shaped on the overlay interface (the path to the aggregator), not the
     # default route's docker_gwbridge; an unshaped overlay would measure far above the rate
-    figures["links"] = shaped_on_overlay(_service_logs(name, "site-worker"), LOCAL_FIRST)
+    site_logs = logs_with_links(lambda: _service_logs(name, "site-worker"), LOCAL_FIRST)
+    figures["links"] = shaped_on_overlay(site_logs, LOCAL_FIRST)
 
     # 2. scale the site workers
     _docker("service", "scale", "--detach=true", f"{name}_site-worker={LOCAL_SCALED}")
