@@ -1,8 +1,9 @@
 """How a site's delta is encoded for upload (issue #62), as pure functions.
 
-A delta crosses the wire as 4-byte floats ("fp32", the paper's method), as IEEE half floats
-("fp16": half the bytes), or as signed bytes ("int8": a quarter): per-tensor symmetric
-quantization, as INTELLECT-1 all-reduces its pseudo-gradients (arXiv:2412.01152),
+A delta crosses the wire as 4-byte floats ("fp32", the paper's method) or as signed bytes
+("int8": a quarter of the bytes; the product's default, chosen on held-out seeds, figure
+`outer`): per-tensor symmetric quantization, as INTELLECT-1 all-reduces its
+pseudo-gradients (arXiv:2412.01152),
 
     scale = max |x| / 127,   q = round(x / scale) clipped to [-127, 127],   x' = q * scale,
 
@@ -23,13 +24,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-DELTA_ENCODINGS = ("fp32", "fp16", "int8")
+DELTA_ENCODINGS = ("fp32", "int8")
 #: the wire's TensorChunk.encoding of each (fp32: the raw dtype, no encoding)
-CHUNK_ENCODING = {"fp32": "", "fp16": "fp16", "int8": "int8"}
+CHUNK_ENCODING = {"fp32": "", "int8": "int8"}
 #: bytes on the wire per byte of a float32 delta
-WIRE_SHARE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
+WIRE_SHARE = {"fp32": 1.0, "int8": 0.25}
 #: the dtype each chunk encoding puts on the wire, and so its bytes per element
-WIRE_DTYPE = {"fp16": np.dtype(np.float16), "int8": np.dtype(np.int8)}
+WIRE_DTYPE = {"int8": np.dtype(np.int8)}
 ITEM_BYTES = {encoding: dtype.itemsize for encoding, dtype in WIRE_DTYPE.items()}
 INT8_MAX = 127
 
@@ -39,7 +40,7 @@ class EncodedTensor(NamedTuple):
 
     wire: np.ndarray
     dtype: str
-    encoding: str  # a TensorChunk.encoding: "", "fp16" or "int8"
+    encoding: str  # a TensorChunk.encoding: "" or "int8"
     scale: float
 
 
@@ -57,8 +58,6 @@ def encode(array: np.ndarray, delta_encoding: str) -> EncodedTensor:
     chunk_encoding = CHUNK_ENCODING[delta_encoding]
     if not chunk_encoding or not encodes(array):
         return EncodedTensor(array, array.dtype.name, "", 0.0)
-    if chunk_encoding == "fp16":
-        return EncodedTensor(array.astype(np.float16), array.dtype.name, "fp16", 0.0)
     peak = float(np.max(np.abs(array))) if array.size else 0.0
     scale = peak / INT8_MAX
     if scale == 0.0 or not math.isfinite(scale):
@@ -71,8 +70,6 @@ def decode(wire: np.ndarray, dtype: str, encoding: str, scale: float) -> np.ndar
     """The tensor an encoded one stands for, in its own dtype."""
     if encoding == "":
         return wire
-    if encoding == "fp16":
-        return wire.astype(dtype)
     return (wire.astype(np.float32) * np.float32(scale)).astype(dtype, copy=False)
 
 

@@ -10,8 +10,8 @@ receivers check whichever the chunk carries.
 `encode_tensors` turns named numpy arrays into TensorChunk messages; `TensorAssembler`
 rebuilds them, checking every field against an expected layout so a malformed stream is
 rejected with a specific reason before anything is aggregated. A delta may cross encoded
-(fp16 or int8, powertrip/core/deltacodec.py): its chunks then name the encoding and, for
-int8, the tensor's scale, and the assembler decodes it once every byte has passed.
+(int8, powertrip/core/deltacodec.py): its chunks then name the encoding and the tensor's
+scale, and the assembler decodes it once every byte has passed.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class TensorSpec:
     name: str
     dtype: str  # the decoded tensor's
     shape: tuple[int, ...]
-    encoding: str = ""  # a TensorChunk.encoding: "" (raw), "fp16" or "int8"
+    encoding: str = ""  # a TensorChunk.encoding: "" (raw) or "int8"
 
     @property
     def nbytes(self) -> int:

@@ -39,6 +39,7 @@ from powertrip.app.paper.fig12 import TRACE
 from powertrip.app.paper.paired import paired_bootstrap, relative, verdict
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from powertrip.core.deltacodec import WIRE_SHARE
 
 BASES: tuple[Variant, ...] = (UNIFORM, TRACE)
 #: (outer_lr, outer_momentum): OpenDiLoCo's 0.7 and 0.9, half its learning rate, and a
@@ -225,10 +226,31 @@ def _heldout_rows(d: Mapping[str, VariantData], base: Variant, train: VariantDat
                 "n/a",
                 len(ks),
                 why=f"grid {got.sweep}; M on the wire "
-                f"{1.5 * (0.25 if 'int8' in v.name else 1):g} GB a site and round",
+                f"{1.5 * WIRE_SHARE[v.overrides.get('delta_encoding', 'fp32')]:g} GB a site "
+                "and round",
             )
         )
+    rows.extend(_int8_rows(d, base, k))
     return rows
+
+
+def _int8_rows(d: Mapping[str, VariantData], base: Variant, k: int) -> list:
+    """int8 deltas against fp32 under the same chosen outer step, per arm: the rows that
+    chose the product's `delta_encoding`."""
+    pair = HELDOUT_VARIANTS.get(base.name)
+    fp32, int8 = (d.get(f"{v.name}/heldout") for v in pair) if pair else (None, None)
+    if fp32 is None or int8 is None:
+        return []
+    return [
+        _row(
+            f"{base.name}: int8 deltas against fp32, both under the chosen outer step, {arm}, "
+            "held-out seeds",
+            "time to target falls (chooses the product's delta_encoding)",
+            *_paired(int8, arm, fp32, arm),
+            "a quarter of the bytes on the wire",
+        )
+        for arm in (static_arm(k).name, *heldout.ONLINE)
+    ]
 
 
 def plots(d: Mapping[str, VariantData], out: Path, meta: Mapping[str, Any]) -> list[Path]:

@@ -131,7 +131,7 @@ def _result_table(run: RunResult) -> Table:
             at = s.get(FOOTPRINT_TO_TARGET[key])
             to = "-" if at is None else f"{at:.{digits}f}"
             rows.append([label, f"{s[key]:.{digits}f}; {to}"])
-    if s.get("delta_encoding"):  # runs whose deltas crossed encoded (fp16, int8)
+    if s.get("delta_encoding"):  # runs whose deltas crossed encoded (int8)
         error = s.get("delta_encoding_error") or {}
         mean, most = error.get("mean"), error.get("max")
         text = "-" if mean is None else f"mean {mean:.2e}, max {most:.2e}"
