@@ -70,7 +70,8 @@ def check_settings(config: Any) -> None:
         config.comm_directions == 1 or config.delta_encoding == "fp32",
         "delta_encoding",
         f"{config.delta_encoding} encodes the upload only, while comm_directions 2 charges the "
-        "model's download at the same M; use comm_directions 1 (the paper's) or fp32",
+        "model's download at the same M; use comm_directions 1 (the paper's) or "
+        "delta_encoding fp32",
         "comm_directions",
     )
     need(config.aggregation_s >= 0, "aggregation_s", f"must be >= 0, got {config.aggregation_s}")

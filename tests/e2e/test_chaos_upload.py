@@ -65,6 +65,9 @@ def upload_stack():
         POWERTRIP_AUDIT_DIR="/app/runs/upload-audit",
         # 0.25-1 Gbit/s x 0.1 = 25-100 Mbit/s (see the module's docstring)
         POWERTRIP_LINK_BANDWIDTH_SCALE="0.1",
+        # full-precision deltas: the kill lands 1.5 s into an upload, which an int8 delta
+        # (the default, a quarter of the bytes) can finish before
+        POWERTRIP_DELTA_ENCODING="fp32",
     ) as stack:
         cmd, env = stack["cmd"], stack["env"]
         port = _run([*cmd, "port", "prometheus", "9090"], env=env).stdout.strip().rsplit(":", 1)[1]

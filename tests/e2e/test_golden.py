@@ -1,4 +1,4 @@
-"""The golden runs (tests/golden/golden.py) against their recorded hashes, in CI: eight
+"""The golden runs (tests/golden/golden.py) against their recorded hashes, in CI: nine
 fixed-seed runs whose rounds.csv and decisions.jsonl must be byte for byte what was recorded.
 The kernels are pinned to AVX2 (powertrip.core.kernels), so this holds on any x86-64 CPU with
 AVX2, Intel or AMD, with or without AVX-512; elsewhere it is skipped."""
@@ -33,4 +33,4 @@ def test_the_golden_runs_are_byte_identical_to_their_record():
         [sys.executable, str(GOLDEN)], capture_output=True, text=True, timeout=1200
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "8 runs byte-identical" in done.stdout
+    assert "9 runs byte-identical" in done.stdout

@@ -1,13 +1,14 @@
-"""Golden runs: eight fixed-seed runs whose outputs must not change in a refactor.
+"""Golden runs: nine fixed-seed runs whose outputs must not change in a refactor.
 
 A behaviour-preserving change (moving modules, splitting a loop, a new configuration path)
 should leave every simulated-clock run's ``rounds.csv`` and ``decisions.jsonl`` byte for
-byte as they were. This script makes the eight runs of ``RUNS`` and compares the SHA-256 of
+byte as they were. This script makes the nine runs of ``RUNS`` and compares the SHA-256 of
 those files with ``expected.json`` (``--check``, the default), or writes it (``--record``,
 only when a change is *meant* to move results; say so in the commit).
 
 The runs cover the parts a refactor is most likely to disturb: each rule of the policy
-service (the paper's PowerTrip, ``adaptive``, static, highest-power, Oort, random),
+service (the paper's PowerTrip, ``adaptive``, static, highest-power, Oort, random), the
+product's defaults (Nesterov outer step, int8 deltas) and the paper's FedAvg with fp32,
 both power sources, both work models, both link models, a larger update and a second
 workload. They train for real on the repository's data (FEMNIST and Shakespeare subsets),
 10 sites, 3-4 rounds each: about 30 s a run on an idle 2-core machine.
@@ -55,6 +56,17 @@ RUNS: dict[str, tuple[str, ...]] = {
     ),
     "adaptive": ("--policy", "adaptive"),
     "static-k3": ("--policy", "static", "--param", "k=3"),
+    # the paper's method, as configs/reproduce.yaml runs it (the others run the defaults)
+    "static-k3-fedavg-fp32": (
+        "--policy",
+        "static",
+        "--param",
+        "k=3",
+        "--set",
+        "outer_optimizer=fedavg",
+        "--set",
+        "delta_encoding=fp32",
+    ),
     "oort-trace": ("--policy", "oort", "--power", "trace"),
     "powertrip-power-split": ("--policy", "powertrip", "--set", "work_model=power-split"),
     "random-fig5-2gb": (

@@ -47,6 +47,8 @@ def run_config(tmp_path):
         policy="all",
         target_accuracy=0.999,
         round_deadline_s=60,
+        outer_optimizer="fedavg",  # the tests send raw deltas and check their plain average
+        delta_encoding="fp32",
     )
     path = tmp_path / "run.yaml"
     config.write_yaml(path)

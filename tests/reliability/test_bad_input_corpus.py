@@ -87,7 +87,9 @@ def _chunk(name, array, index, count, data=None, crc=None, **kw):
 
 def two_site_stack(stack_factory, tmp_path, **settings):
     """A real aggregator (and its services) for two sites with per-site tokens, metrics
-    served: (the aggregator, its metrics port)."""
+    served: (the aggregator, its metrics port). FedAvg with fp32 deltas unless `settings`
+    say otherwise: the tests send raw deltas and check the model is their plain average."""
+    settings = {"outer_optimizer": "fedavg", "delta_encoding": "fp32", **settings}
     config = RunConfig(
         workload="synthetic", num_sites=2, max_rounds=2, seed=3, policy="all",
         target_accuracy=0.999, round_deadline_s=300, **settings,

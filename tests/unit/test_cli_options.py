@@ -46,11 +46,13 @@ def test_set_reads_values_as_the_yaml_file_does(tmp_path):
         "--set", "data_dir=2024",
         "--set", "target_accuracy=null",
         "--set", "comm_directions=2",
+        "--set", "delta_encoding=fp32",
     )  # fmt: skip
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(
         "lr: 0.01\nshadow: false\nwork_model: data-parallel\n"
         "policy_params: {probe_cost: 0.2, k: 20}\ndata_dir: '2024'\ncomm_directions: 2\n"
+        "delta_encoding: fp32\n"
     )
     assert config == RunConfig.from_yaml(yaml_file).validate()
     assert config.policy_params == {"probe_cost": 0.2, "k": 20.0}

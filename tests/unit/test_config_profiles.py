@@ -65,15 +65,19 @@ def test_bad_values_name_the_field(data, field):
 
 def test_paper_defaults():
     """Eq. 3 charges one transfer per round; distances are calibrated to the paper's Fig. 9;
-    power is U[0.1, 1.0] (§5.1). Both directions and uniform distances stay settings."""
+    power is U[0.1, 1.0] (§5.1). Both directions and uniform distances stay settings; both
+    directions need fp32 deltas (int8, the default, encodes the upload only)."""
     config = RunConfig().validate()
     assert config.comm_directions == 1
     assert config.distance_distribution == "calibrated"
     assert (config.min_power, config.max_power) == (0.1, 1.0)
     other = RunConfig(
-        comm_directions=2, distance_distribution="uniform", max_distance_miles=800
-    ).validate()
+        comm_directions=2, distance_distribution="uniform", max_distance_miles=800,
+        delta_encoding="fp32",
+    ).validate()  # fmt: skip
     assert other.comm_directions == 2
+    with pytest.raises(ConfigError, match="comm_directions 1 .* or delta_encoding fp32"):
+        RunConfig(comm_directions=2).validate()
 
 
 def test_population_spec_carries_every_population_field():

@@ -157,7 +157,7 @@ def test_the_simulated_clock_charges_the_time_models_round():
     from services.aggregator.clock import ModelRound
     from services.aggregator.domain import CENTRALIZED, Selection, SiteProfile
 
-    run = RunConfig(update_size_gb=1.5, comm_directions=2, gpus_per_site=32)
+    run = RunConfig(update_size_gb=1.5, comm_directions=2, gpus_per_site=32, delta_encoding="fp32")
     times = [SiteTime("site-000", 30.0, 10.0), SiteTime("site-001", 15.0, 35.0)]
     planned = ModelRound(51.0, RoundTime(51.0, 15.0, 35.0, 5.0, "site-001", 1.0), times, {})
     profiles = {

@@ -81,13 +81,34 @@ def test_a_bad_outer_setting_is_named_with_what_is_allowed(values, words):
 
 
 def test_a_run_records_its_outer_step_and_a_stored_run_without_one_was_fedavg():
-    config = RunConfig().with_values({"outer_optimizer": "nesterov", "outer_lr": 0.5}, "--set")
-    assert outer_of(config) == OuterStep("nesterov", 0.5, 0.9)
+    config = RunConfig().with_values({"outer_lr": 0.5}, "--set")
+    assert outer_of(config) == OuterStep("nesterov", 0.5, 0.9)  # nesterov: the default
     stored = {k: v for k, v in RunConfig().to_dict().items() if not k.startswith("outer_")}
     from powertrip.core.config import experiment_differences
 
-    assert experiment_differences(stored, RunConfig().to_dict()) == []
+    fedavg = RunConfig(outer_optimizer="fedavg").to_dict()
+    assert experiment_differences(stored, fedavg) == []
     assert sorted(experiment_differences(stored, config.to_dict())) == [
         "outer_lr",
         "outer_optimizer",
     ]
+
+
+def test_a_stored_run_from_before_the_defaults_moved_reruns_as_it_ran(tmp_path):
+    """A run's config.yaml (its provenance block marks it as one) without outer_optimizer
+    or delta_encoding ran before they existed: FedAvg and fp32, whatever the defaults are
+    now. A user's own YAML without them gets today's defaults."""
+    from powertrip.core import provenance
+
+    stored = tmp_path / "config.yaml"
+    RunConfig().write_yaml(stored, made_by=provenance.collect())
+    lines = stored.read_text().splitlines()
+    kept = [line for line in lines if not line.startswith(("outer_", "delta_encoding"))]
+    assert len(lines) - len(kept) == 4  # the three outer settings and delta_encoding
+    stored.write_text("\n".join(kept))
+    then = RunConfig.from_yaml(stored)
+    assert (then.outer_optimizer, then.delta_encoding) == ("fedavg", "fp32")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("num_sites: 10\n")
+    now = RunConfig.from_yaml(mine)
+    assert (now.outer_optimizer, now.delta_encoding) == ("nesterov", "int8")
