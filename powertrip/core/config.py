@@ -17,7 +17,7 @@ from powertrip.core import deltacodec, footprint, outer, provenance
 from powertrip.core.configcheck import check_settings
 from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
-from powertrip.core.profiles import GPUS_PER_SITE, PopulationSpec
+from powertrip.core.profiles import AGGREGATOR_REGION, GPUS_PER_SITE, PopulationSpec
 
 #: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
 FLAGS: dict[str, str] = {"num_sites": "--sites"}
@@ -51,6 +51,8 @@ LATER_SETTINGS: dict[str, Any] = {
     "outer_lr": outer.OUTER_LR,
     "outer_momentum": outer.OUTER_MOMENTUM,
     "delta_encoding": "fp32",
+    "population": "synthetic",
+    "aggregator_region": AGGREGATOR_REGION,
 }
 _ABSENT = object()
 
@@ -123,6 +125,12 @@ class RunConfig:
     #: "calibrated": 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
     #: (powertrip/core/profiles.py has the formula)
     distance_distribution: str = "calibrated"
+    #: where the sites are (powertrip/core/profiles.py): "synthetic", distances drawn as
+    #: above; "regions", Google Cloud's regions (data/regions/regions.csv), each at its
+    #: great-circle distance from `aggregator_region` and charged its own grid's carbon
+    #: intensity (num_sites <= 40: the nearest to the aggregator take part)
+    population: str = "synthetic"
+    aggregator_region: str = AGGREGATOR_REGION
     #: uniform power mode draws p_i ~ U[min_power, max_power] once (paper §5.1: U[0.1, 1.0]);
     #: min_power = max_power = 1 gives identical full-power sites (paper Figs. 6-7)
     min_power: float = 0.1
@@ -302,6 +310,8 @@ class RunConfig:
             min_distance_miles=self.min_distance_miles,
             max_distance_miles=self.max_distance_miles,
             distance_distribution=self.distance_distribution,
+            population=self.population,
+            aggregator_region=self.aggregator_region,
             reference_bandwidth_bytes_per_s=self.reference_bandwidth_gbps * 1e9 / 8,
             link_model=self.link_model,
             min_power=self.min_power,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from powertrip.core import footprint, outer
+from powertrip.core import footprint, outer, regions
 from powertrip.core.configvalues import FIELD_CHOICES, ConfigError
 from powertrip.core.peftspec import PeftSpec, PeftSpecError
 from powertrip.core.profiles import PopulationSpec
@@ -101,6 +101,7 @@ def check_settings(config: Any) -> None:
     )
     need(
         config.distance_distribution != "calibrated"
+        or config.population == "regions"
         or config.min_distance_miles < CALIBRATION_RADIUS_MILES < config.max_distance_miles,
         "distance_distribution",
         f"'calibrated' places {CALIBRATION_SHARE:.0%} of the sites within "
@@ -136,6 +137,22 @@ def check_settings(config: Any) -> None:
         f"got {config.gpus_available_min_fraction}, {config.gpus_available_max_fraction}",
         "gpus_available_max_fraction",
     )
+    if config.population == "regions":
+        catalog = regions.catalog()
+        need(
+            config.num_sites <= len(catalog),
+            "num_sites",
+            f"population 'regions' has {len(catalog)} sites (one per region of "
+            f"data/regions/regions.csv), got {config.num_sites}; use --sites {len(catalog)} "
+            "or fewer",
+            "population",
+        )
+        names = [r.name for r in catalog]
+        need(
+            config.aggregator_region in names,
+            "aggregator_region",
+            f"must be one of {', '.join(names)}, got {config.aggregator_region!r}",
+        )
     need(config.workers >= 1, "workers", f"must be >= 1, got {config.workers}")
     need(config.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
     need(

@@ -15,8 +15,9 @@ how many GPUs, how many bytes crossed their links) and the settings in `Footprin
   GPUs are not the run's), and the aggregation after the straggler is not charged either;
 * egress cost = bytes moved over the site's link / 1e9 x `egress_usd_per_gb`;
 * carbon = the site's energy in kWh x its grid's carbon intensity (`carbon_g_per_kwh`, or
-  the site's value in a carbon trace at the round's start). The network's own energy is
-  not counted.
+  the site's value in a carbon trace at the round's start; in a `population: regions` run
+  without a trace, its region's annual intensity from data/regions/regions.csv). The
+  network's own energy is not counted.
 
 The defaults are the constants below, each with its source (README.md, "Energy, egress
 cost and carbon", repeats them).
@@ -31,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from powertrip.core.profiles import population_regions, site_id
 
 JOULES_PER_KWH = 3.6e6
 GB = 1e9
@@ -142,9 +145,20 @@ class FootprintSpec:
         return self.carbon_trace.at(site_id, t_s, self.carbon_g_per_kwh)
 
 
+def region_trace(intensities: Sequence[float]) -> CarbonTrace:
+    """A constant trace of site i at `intensities[i]` g/kWh: a regions population's grids
+    (annual averages; hourly ones go in a carbon_trace file)."""
+    sites = [site_id(i) for i in range(len(intensities))]
+    return CarbonTrace(
+        hours={s: (0.0,) for s in sites},
+        values={s: (float(g),) for s, g in zip(sites, intensities, strict=True)},
+    )
+
+
 def spec_of(settings: Any, load_trace: bool = True) -> FootprintSpec:
     """The spec of an object with RunConfig's footprint settings; its carbon trace read
-    when `load_trace`. Raises FootprintError naming the first bad setting."""
+    when `load_trace`, else (a regions population) its regions' intensities. Raises
+    FootprintError naming the first bad setting."""
     trace_path = getattr(settings, "carbon_trace", None)
     trace = None
     if load_trace and trace_path is not None:
@@ -152,6 +166,12 @@ def spec_of(settings: Any, load_trace: bool = True) -> FootprintSpec:
             trace = load_carbon_trace(trace_path)
         except FootprintError as exc:
             raise FootprintError(f"carbon_trace: {exc}") from None
+    elif getattr(settings, "population", "synthetic") == "regions":
+        try:
+            chosen = population_regions(settings.population_spec())
+        except ValueError as exc:
+            raise FootprintError(str(exc)) from None
+        trace = region_trace([r.g_co2_per_kwh for r in chosen])
     spec = FootprintSpec(
         float(settings.gpu_power_w),
         float(settings.gpu_idle_power_w),

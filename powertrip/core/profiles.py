@@ -45,6 +45,16 @@ and the hardware side of Eq. 6 can bind: N_eff,i = min(N_avail,i, floor(P_spare 
 In uniform power mode the drawn power fraction is then capped at N_avail,i / N_max (the cap
 is 1, a no-op, for the defaults); in trace mode the profiler applies Eq. 6 at every time.
 
+Real regions (`population="regions"`, issue #60). Instead of drawn distances, the sites are
+Google Cloud's regions (`powertrip.core.regions`, data/regions/regions.csv): D_i is the
+great-circle distance from the aggregator's region (`aggregator_region`), and the links
+follow from D_i through `link_model` as above. The aggregator's own region would be 0 miles
+away, which the inverse link model cannot take, so every D_i is at least
+`min_distance_miles` (100, the paper's nearest site); `max_distance_miles` and the
+distance distribution do not apply (Sydney is about 10,300 miles from Eemshaven). With fewer
+sites than regions, the `num_sites` regions nearest the aggregator take part, in catalog
+order. Powers (and GPUs) are drawn as for synthetic sites, from the same streams.
+
 Everything derives from the seed through one numpy Generator, and both distance
 distributions consume the same draws (the same u_i, then the powers), so every process
 builds the same population, the two distributions rank sites by distance identically and
@@ -59,12 +69,20 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from powertrip.core import regions
 from powertrip.core.timemodel import propagation_delay_s
 
 #: "calibrated": u**gamma, 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
 DISTANCE_DISTRIBUTIONS = ("calibrated", "uniform")
 #: "inverse": B = B_ref D_ref / D (paper §5.1); "fig5": flat within the knee, then 1/D (Fig. 5)
 LINK_MODELS = ("inverse", "fig5")
+#: "synthetic": distances drawn from the seed; "regions": Google Cloud's regions (module docstring)
+POPULATIONS = ("synthetic", "regions")
+#: the aggregator's region for population "regions": europe-west4 (Eemshaven, NL), the
+#: catalog's most central region (`regions.most_central`: 3,908 miles on average to the other
+#: 39, Berlin's europe-west10 next at 3,910), so the typical site's link is as short as any
+#: one aggregator can make it
+AGGREGATOR_REGION = "europe-west4"
 #: N_max, GPUs per site (trace mode's power granularity): the one default, RunConfig's too
 GPUS_PER_SITE = 32
 
@@ -108,11 +126,33 @@ class PopulationSpec:
     #: N_avail,i ~ U{ceil(min x N_max) .. floor(max x N_max)}; 1, 1: N_avail = N_max (default)
     gpus_available_min_fraction: float = 1.0
     gpus_available_max_fraction: float = 1.0
+    #: where the sites are: POPULATIONS (module docstring)
+    population: str = "synthetic"
+    #: population "regions": the region the aggregator runs in
+    aggregator_region: str = AGGREGATOR_REGION
 
     def validate(self) -> None:
         """Raise ValueError naming the field (and the allowed values) of the first bad one."""
         if self.num_sites < 1:
             raise ValueError(f"num_sites must be >= 1, got {self.num_sites}")
+        if self.population not in POPULATIONS:
+            raise ValueError(
+                f"population must be one of {', '.join(POPULATIONS)}, got {self.population!r}"
+            )
+        if self.population == "regions":
+            catalog = regions.catalog()
+            if self.num_sites > len(catalog):
+                raise ValueError(
+                    f"num_sites: population 'regions' has {len(catalog)} sites (one per region "
+                    f"of {regions.DEFAULT_REGIONS_CSV.name}), got {self.num_sites}; use "
+                    f"--sites {len(catalog)} or fewer"
+                )
+            names = [r.name for r in catalog]
+            if self.aggregator_region not in names:
+                raise ValueError(
+                    f"aggregator_region must be one of {', '.join(names)}, got "
+                    f"{self.aggregator_region!r}"
+                )
         if not 0 <= self.min_distance_miles <= self.max_distance_miles:
             raise ValueError("min_distance_miles must be in [0, max_distance_miles]")
         if self.distance_distribution not in DISTANCE_DISTRIBUTIONS:
@@ -120,7 +160,7 @@ class PopulationSpec:
                 f"distance_distribution must be one of {', '.join(DISTANCE_DISTRIBUTIONS)}, "
                 f"got {self.distance_distribution!r}"
             )
-        if self.distance_distribution == "calibrated":
+        if self.distance_distribution == "calibrated" and self.population == "synthetic":
             if not 0 < self.radius_share < 1:
                 raise ValueError(f"radius_share must be in (0, 1), got {self.radius_share}")
             if not self.min_distance_miles < self.radius_miles < self.max_distance_miles:
@@ -233,15 +273,43 @@ def gpus_available(spec: PopulationSpec) -> np.ndarray:
     return rng.integers(lo, hi + 1, spec.num_sites).astype(np.int64)
 
 
+def _nearest_regions(spec: PopulationSpec) -> tuple[list[int], np.ndarray]:
+    """(catalog indices of the population's regions in catalog order, every region's miles
+    from the aggregator's)."""
+    spec.validate()
+    if spec.population != "regions":
+        raise ValueError(f"population {spec.population!r} has no regions")
+    miles = regions.distances_from(regions.catalog(), spec.aggregator_region)
+    return sorted(int(i) for i in np.argsort(miles, kind="stable")[: spec.num_sites]), miles
+
+
+def population_regions(spec: PopulationSpec) -> tuple[regions.Region, ...]:
+    """The regions of a "regions" population in site order (site i is the i-th): the
+    `num_sites` nearest the aggregator's region, in catalog order."""
+    chosen, _ = _nearest_regions(spec)
+    return tuple(regions.catalog()[i] for i in chosen)
+
+
+def region_distances(spec: PopulationSpec) -> np.ndarray:
+    """D_i of a "regions" population: great-circle miles from the aggregator's region, at
+    least `min_distance_miles` (module docstring)."""
+    chosen, miles = _nearest_regions(spec)
+    return np.maximum(miles[chosen], spec.min_distance_miles)
+
+
 def generate_population(spec: PopulationSpec) -> list[Site]:
     """The spec's sites, a pure function of the spec (the seed above all)."""
-    gamma = distance_exponent(spec)  # validates the spec
+    spec.validate()
     rng = np.random.default_rng([spec.seed, 0x5173])
     u = rng.random(spec.num_sites)
-    span = spec.max_distance_miles - spec.min_distance_miles
-    # gamma == 1 takes the exact arithmetic of rng.uniform(min, max, n), so "uniform" keeps the
-    # populations made before the calibrated default, bit for bit
-    distance = spec.min_distance_miles + span * (u if gamma == 1.0 else u**gamma)
+    if spec.population == "regions":
+        distance = region_distances(spec)
+    else:
+        gamma = distance_exponent(spec)
+        span = spec.max_distance_miles - spec.min_distance_miles
+        # gamma == 1 takes the exact arithmetic of rng.uniform(min, max, n), so "uniform" keeps
+        # the populations made before the calibrated default, bit for bit
+        distance = spec.min_distance_miles + span * (u if gamma == 1.0 else u**gamma)
     power = rng.uniform(spec.min_power, spec.max_power, spec.num_sites)
     bandwidth = link_bandwidth(spec, distance)
     gpus = gpus_available(spec)

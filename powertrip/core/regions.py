@@ -9,6 +9,7 @@ gRPC, and anything (a CLI, a test, a notebook) can load it cheaply.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,13 @@ class Region:
     latitude: float
     longitude: float
     g_co2_per_kwh: float
+
+
+@functools.cache
+def catalog() -> tuple[Region, ...]:
+    """The repository's catalog (DEFAULT_REGIONS_CSV), read once per process: every service
+    that builds a "regions" population reads the same file."""
+    return load_regions(DEFAULT_REGIONS_CSV)
 
 
 def load_regions(path: Path | None = None) -> tuple[Region, ...]:

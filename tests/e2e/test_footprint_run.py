@@ -32,6 +32,7 @@ def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
         "distance_distribution": "uniform", "reference_bandwidth_gbps": 10,
         "gpu_power_w": 100, "gpu_idle_power_w": 10, "egress_usd_per_gb": 0.05,
         "carbon_g_per_kwh": 400, "carbon_trace": str(trace),
+        "delta_encoding": "fp32",  # M = the whole 1 GB on the wire (int8 would send a quarter)
     }  # fmt: skip
     out = tmp_path / "run"
     sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
@@ -62,3 +63,37 @@ def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
     assert summary["carbon_kg"] == pytest.approx(2 * SITE_J / KWH * 1300 / 1000)
     assert summary["energy_to_target_kwh"] is None  # 99 % was not reached
     assert summary["footprint"]["carbon_trace"] == str(trace)
+
+
+def test_a_regions_run_charges_each_site_its_own_grid(tmp_path):
+    """Three Google Cloud regions nearest europe-west4 (the default aggregator): St. Ghislain
+    (122 g/kWh, 241 miles away), Frankfurt (345 g, 243 miles) and Eemshaven itself (236 g,
+    placed at the 100-mile floor). No idle power, so each site's energy is its compute's
+    alone, the same at every site, and the round's carbon is that energy x the three
+    intensities; the straggler is Frankfurt's link."""
+    settings = {
+        "population": "regions", "min_power": 0.5, "max_power": 0.5, "gpus_per_site": 4,
+        "tau_s": 10, "update_size_gb": 1, "delta_encoding": "fp32",
+        "reference_bandwidth_gbps": 10, "gpu_power_w": 100, "gpu_idle_power_w": 0,
+    }  # fmt: skip
+    out = tmp_path / "run"
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
+         "3", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--out",
+         str(out), "--quiet", *sets],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    frankfurt_miles = 242.6  # great circle, Eemshaven to Frankfurt am Main
+    frankfurt_comm_s = frankfurt_miles * 1609.344 / (299_792_458.0 * 2 / 3) + 1e9 / (
+        1.25e9 * 100 / frankfurt_miles
+    )
+    for row in csv.DictReader((out / "rounds.csv").open(newline="")):
+        assert int(row["k"]) == 3
+        assert float(row["comm_s"]) == pytest.approx(frankfurt_comm_s, rel=1e-3)
+        assert float(row["carbon_g"]) == pytest.approx(ACTIVE_J / KWH * (122 + 345 + 236))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["carbon_kg"] == pytest.approx(2 * ACTIVE_J / KWH * (122 + 345 + 236) / 1e3)
+    report = (out / "report.html").read_text()
+    assert "St. Ghislain (BE)" in report and "Frankfurt (DE)" in report and ">241<" in report

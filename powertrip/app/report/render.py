@@ -30,7 +30,9 @@ from powertrip.app.report.run_plots import plot_run
 from powertrip.app.report.rundir import is_run_dir, load_run, run_subdirs, sweep_subdirs
 from powertrip.app.report.sweep import best_k, sweep_rows, write_sweep
 from powertrip.core.clocks import clock_kind
+from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY
+from powertrip.core.profiles import population_regions, region_distances, site_id
 
 
 def detect(dir: str | Path) -> str:
@@ -69,9 +71,35 @@ def render_run(run_dir: str | Path) -> Path:
     sections = [
         Section("Result", tables=[_result_table(run)], notes=_status_notes(run)),
         Section("Configuration", tables=[config_table(run.config, run.summary)]),
+        *([Section("Sites", tables=[sites])] if (sites := regions_table(run)) else []),
         Section("Figures", images=images),
     ]
     return write_html(run.path, f"PowerTrip run: {run.name} on {workload}", sections)
+
+
+def regions_table(run: RunResult) -> Table | None:
+    """A `population: regions` run's sites: each one's region, city, distance from the
+    aggregator, grid intensity (what its energy was charged) and the rounds it took part
+    in; None for a synthetic population."""
+    if run.config.get("population") != "regions":
+        return None
+    spec = RunConfig.from_mapping(dict(run.config)).population_spec()
+    chosen, miles = population_regions(spec), region_distances(spec)
+    rounds_in: dict[str, int] = {}
+    for row in run.rounds:
+        for site in row.get("sites") or []:
+            rounds_in[site] = rounds_in.get(site, 0) + 1
+    rows = [
+        [site_id(i), r.name, f"{r.city} ({r.country_code})", f"{d:,.0f}", f"{r.g_co2_per_kwh:g}",
+         str(rounds_in.get(site_id(i), 0))]
+        for i, (r, d) in enumerate(zip(chosen, miles, strict=True))
+    ]  # fmt: skip
+    return Table(
+        ["site", "region", "city", "miles from the aggregator", "g CO2/kWh", "rounds in"],
+        rows,
+        caption=f"Google Cloud regions, the aggregator in {spec.aggregator_region} "
+        "(data/regions/regions.csv: annual grid intensities, GeoNames coordinates)",
+    )
 
 
 def render_runs(run_dirs: Sequence[Path]) -> None:
