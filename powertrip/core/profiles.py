@@ -98,6 +98,7 @@ SITE_NUMBER_COLUMNS = (
     "gpus_available",
     "gpus_effective",
     "alive",
+    "carbon_g_per_kwh",
 )
 
 

@@ -16,9 +16,16 @@ from powertrip.v1 import common_pb2
 
 #: per-site columns of SiteColumns, in SiteProfile's field order
 NUMBER_COLUMNS = SITE_NUMBER_COLUMNS
-#: columns a producer may leave empty: no site measured yet, GPU counts unknown
+#: columns a producer may leave empty: no site measured yet, GPU counts unknown, no per-site
+#: carbon intensities (a synthetic population)
 OPTIONAL_COLUMNS = frozenset(
-    {"measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective"}
+    {
+        "measured_latency_s",
+        "measured_bandwidth_bytes_per_s",
+        "gpus_available",
+        "gpus_effective",
+        "carbon_g_per_kwh",
+    }
 )
 
 
@@ -50,7 +57,10 @@ def columns_from_profiles(profiles: Iterable[common_pb2.SiteProfile]) -> common_
         power_source=profiles[0].power_source if profiles else "",
     )
     for name in NUMBER_COLUMNS:
-        getattr(columns, name).extend([getattr(p, name) for p in profiles])
+        values = [getattr(p, name) for p in profiles]
+        if name == "carbon_g_per_kwh" and not any(values):
+            continue  # 0 on every profile: the profiler had no intensities (proto comment)
+        getattr(columns, name).extend(values)
     return columns
 
 

@@ -33,7 +33,7 @@ class TensorChunk(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., crc32: _Optional[int] = ..., tensor_index: _Optional[int] = ..., tensor_count: _Optional[int] = ..., crc32c: _Optional[int] = ..., encoding: _Optional[str] = ..., scale: _Optional[float] = ...) -> None: ...
 
 class SiteProfile(_message.Message):
-    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "power_source", "alive")
+    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "power_source", "alive", "carbon_g_per_kwh")
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
     POWER_FRACTION_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_MILES_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class SiteProfile(_message.Message):
     GPUS_EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
     POWER_SOURCE_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    CARBON_G_PER_KWH_FIELD_NUMBER: _ClassVar[int]
     site_id: str
     power_fraction: float
     distance_miles: float
@@ -56,10 +57,11 @@ class SiteProfile(_message.Message):
     gpus_effective: int
     power_source: str
     alive: bool
-    def __init__(self, site_id: _Optional[str] = ..., power_fraction: _Optional[float] = ..., distance_miles: _Optional[float] = ..., latency_s: _Optional[float] = ..., bandwidth_bytes_per_s: _Optional[float] = ..., measured_latency_s: _Optional[float] = ..., measured_bandwidth_bytes_per_s: _Optional[float] = ..., gpus_available: _Optional[int] = ..., gpus_effective: _Optional[int] = ..., power_source: _Optional[str] = ..., alive: bool = ...) -> None: ...
+    carbon_g_per_kwh: float
+    def __init__(self, site_id: _Optional[str] = ..., power_fraction: _Optional[float] = ..., distance_miles: _Optional[float] = ..., latency_s: _Optional[float] = ..., bandwidth_bytes_per_s: _Optional[float] = ..., measured_latency_s: _Optional[float] = ..., measured_bandwidth_bytes_per_s: _Optional[float] = ..., gpus_available: _Optional[int] = ..., gpus_effective: _Optional[int] = ..., power_source: _Optional[str] = ..., alive: bool = ..., carbon_g_per_kwh: _Optional[float] = ...) -> None: ...
 
 class SiteColumns(_message.Message):
-    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "alive", "power_source")
+    __slots__ = ("site_id", "power_fraction", "distance_miles", "latency_s", "bandwidth_bytes_per_s", "measured_latency_s", "measured_bandwidth_bytes_per_s", "gpus_available", "gpus_effective", "alive", "power_source", "carbon_g_per_kwh")
     SITE_ID_FIELD_NUMBER: _ClassVar[int]
     POWER_FRACTION_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_MILES_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +73,7 @@ class SiteColumns(_message.Message):
     GPUS_EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     POWER_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CARBON_G_PER_KWH_FIELD_NUMBER: _ClassVar[int]
     site_id: _containers.RepeatedScalarFieldContainer[str]
     power_fraction: _containers.RepeatedScalarFieldContainer[float]
     distance_miles: _containers.RepeatedScalarFieldContainer[float]
@@ -82,7 +85,8 @@ class SiteColumns(_message.Message):
     gpus_effective: _containers.RepeatedScalarFieldContainer[int]
     alive: _containers.RepeatedScalarFieldContainer[bool]
     power_source: str
-    def __init__(self, site_id: _Optional[_Iterable[str]] = ..., power_fraction: _Optional[_Iterable[float]] = ..., distance_miles: _Optional[_Iterable[float]] = ..., latency_s: _Optional[_Iterable[float]] = ..., bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., measured_latency_s: _Optional[_Iterable[float]] = ..., measured_bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., gpus_available: _Optional[_Iterable[int]] = ..., gpus_effective: _Optional[_Iterable[int]] = ..., alive: _Optional[_Iterable[bool]] = ..., power_source: _Optional[str] = ...) -> None: ...
+    carbon_g_per_kwh: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, site_id: _Optional[_Iterable[str]] = ..., power_fraction: _Optional[_Iterable[float]] = ..., distance_miles: _Optional[_Iterable[float]] = ..., latency_s: _Optional[_Iterable[float]] = ..., bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., measured_latency_s: _Optional[_Iterable[float]] = ..., measured_bandwidth_bytes_per_s: _Optional[_Iterable[float]] = ..., gpus_available: _Optional[_Iterable[int]] = ..., gpus_effective: _Optional[_Iterable[int]] = ..., alive: _Optional[_Iterable[bool]] = ..., power_source: _Optional[str] = ..., carbon_g_per_kwh: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RoundRecord(_message.Message):
     __slots__ = ("round", "k", "accuracy", "round_time_s", "predicted_round_time_s", "sim_time_s", "site_ids", "reported_site_ids", "site_train_loss", "site_num_samples", "site_duration_s")

@@ -65,6 +65,7 @@ class SiteProfile:
     gpus_effective: int = 0
     alive: bool = False
     power_source: str = ""
+    carbon_g_per_kwh: float = 0.0
 
 
 #: the per-site number columns, in SiteProfile's field order (the core's, as on the wire)
@@ -87,6 +88,7 @@ class Profiles:
     gpus_available: np.ndarray
     gpus_effective: np.ndarray
     alive: np.ndarray
+    carbon_g_per_kwh: np.ndarray
     power_source: str = ""
 
     def __post_init__(self) -> None:

@@ -89,12 +89,14 @@ def site_table_from_columns(
         column("power_fraction"), column("distance_miles"), column("latency_s"),
         column("bandwidth_bytes_per_s"), np.array(columns.alive[:], dtype=bool),
         measured, update_size_bytes, directions,
+        column("carbon_g_per_kwh") if len(columns.carbon_g_per_kwh) else None,
     )  # fmt: skip
 
 
 def _table(
-    ids, power, distance, latency, bandwidth, alive, measured, update_size_bytes, directions
-) -> SiteTable:
+    ids, power, distance, latency, bandwidth, alive, measured, update_size_bytes, directions,
+    carbon=None,
+) -> SiteTable:  # fmt: skip
     if measured is not None:
         m_lat, m_bw = measured
         latency = np.where(m_lat > 0, m_lat, latency)
@@ -108,6 +110,7 @@ def _table(
         update_size_bytes=update_size_bytes,
         directions=directions or 2,
         alive=alive,
+        carbon_g_per_kwh=carbon,
     )
 
 
@@ -199,7 +202,10 @@ def shadows(chosen: str, ctx: Context) -> tuple[Shadow, ...]:
     plain = dataclasses.replace(ctx, params={})
     out = []
     for name in shadow_names(chosen):
-        decision = get_policy(name).select(plain)
+        policy = get_policy(name)
+        if not policy.applies_to(plain.table):  # e.g. lowcarb without carbon intensities
+            continue
+        decision = policy.select(plain)
         out.append(Shadow(name, decision.k, decision.predicted_round_time_s, decision.order))
     return tuple(out)
 

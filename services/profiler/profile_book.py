@@ -23,7 +23,7 @@ from powertrip.core.power import (
     assign_traces,
     load_domains,
 )
-from powertrip.core.profiles import Site, generate_population
+from powertrip.core.profiles import Site, generate_population, population_regions
 from powertrip.v1 import common_pb2
 from services.profiler.config import ProfilerConfig
 
@@ -84,6 +84,15 @@ class ProfileBook:
     def __post_init__(self) -> None:
         self.sites = generate_population(self.config.population)
         self._by_id = {s.site_id: s for s in self.sites}
+        #: each site's grid intensity (g/kWh) in a regions population, else None: the
+        #: carbon-aware policies rank by it (SiteColumns.carbon_g_per_kwh)
+        self.carbon: dict[str, float] | None = None
+        if self.config.population.population == "regions":
+            regions = population_regions(self.config.population)
+            self.carbon = {
+                site.site_id: region.g_co2_per_kwh
+                for site, region in zip(self.sites, regions, strict=True)
+            }
         self.traces = None
         if self.config.power == "trace":
             domains = load_domains(self.config.power_trace or DEFAULT_TRACE)
@@ -115,6 +124,8 @@ class ProfileBook:
             alive=[True] * len(sites),
             power_source=self.config.power,
         )
+        if self.carbon is not None:
+            columns.carbon_g_per_kwh.extend([self.carbon[site.site_id] for site in sites])
         if self.traces is None:
             columns.power_fraction.extend([self.power_at(site, 0.0) for site in sites])
             columns.gpus_effective.extend([self.gpus_at(site, 0.0) for site in sites])

@@ -98,6 +98,8 @@ class ProfilerServicer(profiler_pb2_grpc.ProfilerServicer):
             alive=[True] * len(sites),
             power_source=book.config.power,
         )
+        if book.carbon is not None:
+            columns.carbon_g_per_kwh.extend([book.carbon[site.site_id] for site in sites])
         measured = [book.measured.get(site.site_id) for site in sites]
         if any(measured):  # left empty until a probe has measured some site
             columns.measured_latency_s.extend([m.latency_s if m else 0.0 for m in measured])

@@ -55,6 +55,7 @@ def select_request(
                 latency_s=p["latency_s"],
                 bandwidth_bytes_per_s=p["bandwidth_bytes_per_s"],
                 alive=p.get("alive", True),
+                carbon_g_per_kwh=p.get("carbon_g_per_kwh") or 0.0,
             )  # fmt: skip
             for p in profiles
         ],
@@ -94,6 +95,7 @@ def _profiles(n: int = 30, seed: int = 1) -> list[SiteProfile]:
             latency_s=float(distance[i] * 8e-6),
             bandwidth_bytes_per_s=float(1.25e11 / distance[i]),
             alive=bool(i != 7),
+            carbon_g_per_kwh=float(rng.uniform(2, 720)),  # what lowcarb ranks by
         )  # fmt: skip
         for i in range(n)
     ]

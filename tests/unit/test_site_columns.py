@@ -39,6 +39,7 @@ def profiles(n: int, seed: int = 0, dead=(), measured=()) -> list[common_pb2.Sit
                 gpus_effective=int(s.power_fraction * s.gpus_available),
                 power_source="uniform",
                 alive=s.index not in dead,
+                carbon_g_per_kwh=(37 * s.index) % 700 + 2.0,  # lowcarb's, so it runs too
             )
         )
     return out

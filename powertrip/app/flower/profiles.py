@@ -38,8 +38,16 @@ NODE_CONFIG_KEYS = {
     "latency-s": "latency_s",
     "bandwidth-bytes-per-s": "bandwidth_bytes_per_s",
     "alive": "alive",
+    "carbon-g-per-kwh": "carbon_g_per_kwh",
 }
 REQUIRED = ("power_fraction", "latency_s", "bandwidth_bytes_per_s")
+
+
+def carbon_column(profiles: list[SiteProfile]) -> list[float] | None:
+    """Every site's grid intensity, or None unless each node gave one: `lowcarb` needs
+    them all, and no other policy reads them."""
+    values = [p.carbon_g_per_kwh for p in profiles]
+    return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
 def miles_from_latency(latency_s: float) -> float:
@@ -63,6 +71,8 @@ class SiteProfile:
       latency_s: one-way propagation delay to the aggregator.
       bandwidth_bytes_per_s: the link's throughput to the aggregator.
       alive: False takes the site out of the choice without dropping the node.
+      carbon_g_per_kwh: the site's grid carbon intensity (g CO2/kWh), what `lowcarb` ranks
+        by; None (left out) when the node does not know it.
     """
 
     site_id: str = ""
@@ -71,6 +81,7 @@ class SiteProfile:
     bandwidth_bytes_per_s: float
     distance_miles: float | None = None
     alive: bool = True
+    carbon_g_per_kwh: float | None = None
 
     def __post_init__(self) -> None:
         if self.distance_miles is None and isinstance(self.latency_s, int | float):
@@ -88,6 +99,9 @@ class SiteProfile:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{self.site_id}: {name} must be finite and >= 0")
+        carbon = self.carbon_g_per_kwh
+        if carbon is not None and not (math.isfinite(carbon) and carbon >= 0):
+            raise ValueError(f"{self.site_id}: carbon_g_per_kwh must be finite and >= 0")
         return self
 
     def named(self, site_id: str) -> SiteProfile:
@@ -97,7 +111,8 @@ class SiteProfile:
         return SiteProfile(**{**asdict(self), "site_id": site_id})
 
     def to_record(self) -> ConfigRecord:
-        return ConfigRecord(asdict(self))
+        """The profile as a ConfigRecord; a value the node does not know is left out."""
+        return ConfigRecord({k: v for k, v in asdict(self).items() if v is not None})
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> SiteProfile:
@@ -108,7 +123,7 @@ class SiteProfile:
         if missing:
             raise ValueError(f"profile lacks {', '.join(missing)}")
         try:
-            distance = values.get("distance_miles")
+            distance, carbon = values.get("distance_miles"), values.get("carbon_g_per_kwh")
             return cls(
                 site_id=str(values.get("site_id", "")),
                 power_fraction=float(values["power_fraction"]),
@@ -116,6 +131,7 @@ class SiteProfile:
                 bandwidth_bytes_per_s=float(values["bandwidth_bytes_per_s"]),
                 distance_miles=None if distance is None else float(distance),
                 alive=_flag(values.get("alive", True)),
+                carbon_g_per_kwh=None if carbon is None else float(carbon),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"profile has a value of the wrong type: {exc}") from None
@@ -130,7 +146,7 @@ class SiteProfile:
     def from_node_config(cls, node_config: Mapping[str, object]) -> SiteProfile:
         """From a SuperNode's node_config (`flower-supernode --node-config "power-fraction=0.4
         latency-s=0.007 bandwidth-bytes-per-s=1.5e8"`; optional: `site-id`, `distance-miles`,
-        `alive`)."""
+        `alive`, `carbon-g-per-kwh`)."""
         values = {field: node_config[key] for key, field in NODE_CONFIG_KEYS.items()
                   if key in node_config}  # fmt: skip
         try:

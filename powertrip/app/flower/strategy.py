@@ -42,7 +42,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from powertrip.app.flower.outerstep import outer_arrays
-from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile
+from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile, carbon_column
 from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
 from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
 from powertrip.core.policies import CENTRALIZED, Context, Decision, SiteTable
@@ -51,11 +51,6 @@ from powertrip.core.policies.base import ESTIMATORS, param_number
 from powertrip.core.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
-
-
-def one_line_reason(explanation: Mapping) -> str:
-    """The policy's own reason for its k, else the rule it applies."""
-    return str(explanation.get("reason") or explanation.get("rule") or "")
 
 
 class PowerTripStrategy(FedAvg):
@@ -228,6 +223,7 @@ class PowerTripStrategy(FedAvg):
             update_size_bytes=size,
             directions=self.comm_directions,
             alive=[p.alive for p in profiles],
+            carbon_g_per_kwh=carbon_column(profiles),
         )
         return Context(
             table=table,
@@ -296,7 +292,10 @@ class PowerTripStrategy(FedAvg):
         predicted = decision.predicted_round_time_s
         if bounded:
             predicted = float(ctx.round_time_estimates(order)[-1])
-        reason = "; ".join(r for r in (one_line_reason(decision.explanation), bounded) if r)
+        why = decision.explanation  # the policy's own reason for its k, else its rule
+        reason = "; ".join(
+            r for r in (str(why.get("reason") or why.get("rule") or ""), bounded) if r
+        )
         chosen = [nodes[i] for i in order.tolist()]
         self.rounds.append(RoundLog(
             round=server_round, site_ids=[by_node[n].site_id for n in chosen], node_ids=chosen,

@@ -22,6 +22,7 @@ from powertrip.core.policies.base import (
 )
 from powertrip.core.policies.centralized import Centralized, Centralized25, Centralized50
 from powertrip.core.policies.highest_power import HighestPower
+from powertrip.core.policies.lowcarb import Lowcarb
 from powertrip.core.policies.lowest_latency import LowestLatency
 from powertrip.core.policies.oort import Oort
 from powertrip.core.policies.powertrip import PowerTrip
@@ -44,6 +45,7 @@ REGISTRY: dict[str, type[Policy]] = {
         LowestLatency,
         AllSites,
         Oort,
+        Lowcarb,
     )
 }
 #: Request parameters the policy service handles itself (they shape the site table, which

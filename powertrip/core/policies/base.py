@@ -59,6 +59,8 @@ class SiteTable:
     alive: np.ndarray  # bool; dead or zero-power sites are never selected
     by_id: np.ndarray  # site indices in id order: stable sorts of it tie-break by id
     alive_by_id: np.ndarray  # the alive ones of by_id, still in id order
+    #: each site's grid carbon intensity (g CO2/kWh), None when the profiles carry none
+    carbon_g_per_kwh: np.ndarray | None = None
     # rankings computed once per table (see `memo`); not part of the table's value
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -102,6 +104,7 @@ class SiteTable:
         update_size_bytes: float,
         directions: int = 2,
         alive: Sequence[bool] | None = None,
+        carbon_g_per_kwh: Sequence[float] | None = None,
     ) -> SiteTable:
         n = len(ids)
         if n == 0:
@@ -136,6 +139,12 @@ class SiteTable:
         # a site at zero power would take forever (tau / 0): treat it as unavailable
         alive_arr = alive_arr & (power_arr > 0)
         transfer, comm = site_comm_s(latency, bandwidth, update_size_bytes, max(1, int(directions)))
+        carbon = None
+        if carbon_g_per_kwh is not None and len(carbon_g_per_kwh):
+            carbon = _as_column("carbon_g_per_kwh", carbon_g_per_kwh, n)
+            if (carbon < 0).any():
+                bad = ids[int(np.argmax(carbon < 0))]
+                raise PolicyError(f"site {bad}: carbon_g_per_kwh must be >= 0")
         return cls(
             ids=id_arr,
             power=power_arr,
@@ -147,6 +156,7 @@ class SiteTable:
             alive=alive_arr,
             by_id=sorted_idx,
             alive_by_id=sorted_idx[alive_arr[sorted_idx]],
+            carbon_g_per_kwh=carbon,
         )
 
 
@@ -266,6 +276,11 @@ class Policy(ABC):
 
     def __init__(self, overrides: Mapping[str, float] | None = None):
         self.overrides = dict(overrides or {})
+
+    def applies_to(self, table: SiteTable) -> bool:
+        """Whether these profiles carry what the policy ranks by (every policy but the
+        carbon-aware ones: any); a shadow that does not apply is left out."""
+        return True
 
     def params(self, ctx: Context) -> dict[str, float]:
         """Defaults < constructor overrides < request params; unknown names are an error."""
