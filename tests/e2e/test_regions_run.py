@@ -42,3 +42,18 @@ def test_lowcarb_over_the_regions_takes_the_cleanest_grids_first(tmp_path):
     energy_kwh = float(row["energy_j"]) / 3.6e6
     mean_g = float(row["carbon_g"]) / energy_kwh  # the energy-weighted mean intensity
     assert 2.0 < mean_g < 47.0  # the four grids', not the 481 g world average
+
+
+def test_centralized_green_trains_everything_in_montreal(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic",
+         "--sites", "40", "--set", "population=regions", "--policy", "centralized-green",
+         "--max-rounds", "2", "--target-accuracy", "0.99", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for row in csv.DictReader((out / "rounds.csv").open(newline="")):
+        assert (row["sites"], row["mode"]) == ("site-027", "centralized")
+        # no link crossed; its energy at Montreal's 2 g CO2/kWh
+        assert float(row["carbon_g"]) == pytest.approx(float(row["energy_j"]) / 3.6e6 * 2.0)

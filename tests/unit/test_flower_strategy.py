@@ -28,7 +28,7 @@ from tests.unit.flower_grid import as_server_app  # noqa: E402
 
 TAU_S, M, SEED = 60.0, 1.5e9, 3
 #: the policies that train one site on pooled data: a Flower federation has none
-CENTRALIZED = {"centralized", *ALIASES}
+CENTRALIZED = {"centralized", "centralized-green", *ALIASES}
 
 
 @pytest.fixture

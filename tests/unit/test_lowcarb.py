@@ -1,11 +1,20 @@
-"""`lowcarb` (issue #60), flwr-lowcarb's rule on a hand-made catalog of five sites, and the
-carbon column on its way from the profiler's columns to the policy's table."""
+"""`lowcarb` (issue #60), flwr-lowcarb's rule on a hand-made catalog of five sites,
+`centralized-green` on the same, and the carbon column on its way from the profiler's
+columns to the policy's table."""
 
 from __future__ import annotations
 
 import pytest
 
-from powertrip.core.policies import REGISTRY, Context, PastRound, PolicyError, SiteTable
+from powertrip.core.policies import (
+    CENTRALIZED,
+    REGISTRY,
+    Context,
+    PastRound,
+    PolicyError,
+    SiteTable,
+    get_policy,
+)
 from powertrip.core.policies.lowcarb import Lowcarb, participation
 from powertrip.rpc.sitecolumns import columns_from_profiles, profiles_from_columns
 from powertrip.v1 import common_pb2
@@ -97,3 +106,16 @@ def test_the_carbon_column_travels_from_the_profiles_to_the_table():
     columns.carbon_g_per_kwh.extend([1.0, 2.0])  # neither empty nor one per site
     with pytest.raises(PolicyError, match="carbon_g_per_kwh has 2 values for 5"):
         site_table_from_columns(columns, 1e9, 1, False)
+
+
+def test_centralized_green_hosts_the_pooled_run_at_the_cleanest_grid():
+    ctx = Context(table=_table(), update_size_bytes=1e9, tau_s=60.0)
+    decision = get_policy("centralized-green").select(ctx)
+    assert [IDS[i] for i in decision.order] == ["site-a"]  # Montreal, 2 g; not b's full power
+    assert decision.mode == CENTRALIZED and decision.power_cap == 0.25
+    assert decision.predicted_round_time_s == 60.0 / 0.25
+    assert [IDS[i] for i in get_policy("centralized").select(ctx).order] == ["site-b"]
+    with pytest.raises(PolicyError, match="population: regions"):
+        get_policy("centralized-green").select(
+            Context(table=_table(carbon=None), update_size_bytes=1e9, tau_s=60.0)
+        )

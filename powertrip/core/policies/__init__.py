@@ -20,7 +20,12 @@ from powertrip.core.policies.base import (
     PolicyError,
     SiteTable,
 )
-from powertrip.core.policies.centralized import Centralized, Centralized25, Centralized50
+from powertrip.core.policies.centralized import (
+    Centralized,
+    Centralized25,
+    Centralized50,
+    CentralizedGreen,
+)
 from powertrip.core.policies.highest_power import HighestPower
 from powertrip.core.policies.lowcarb import Lowcarb
 from powertrip.core.policies.lowest_latency import LowestLatency
@@ -40,6 +45,7 @@ REGISTRY: dict[str, type[Policy]] = {
         Centralized,
         Centralized25,
         Centralized50,
+        CentralizedGreen,
         Radius,
         HighestPower,
         LowestLatency,

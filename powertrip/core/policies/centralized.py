@@ -7,8 +7,17 @@ its round takes tau / power_cap.
 
 from __future__ import annotations
 
-from powertrip.core.policies.base import CENTRALIZED, Context, Decision, Policy
-from powertrip.core.policies.scoring import power_ranking
+import numpy as np
+
+from powertrip.core.policies.base import (
+    CENTRALIZED,
+    Context,
+    Decision,
+    Policy,
+    PolicyError,
+    SiteTable,
+)
+from powertrip.core.policies.scoring import power_ranking, rank_asc
 
 
 class Centralized(Policy):
@@ -20,16 +29,21 @@ class Centralized(Policy):
         "capacity (paper §5.1: 25 % and 50 %), so each round takes tau / power_cap."
     )
     default_params = {"power_cap": 0.25}
+    #: which site hosts the pooled data
+    host_rule = "highest power"
+
+    def host(self, table: SiteTable) -> np.ndarray:
+        return power_ranking(table)[:1]  # top power, ties by id
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        host = power_ranking(ctx.table)[:1]  # top power, ties by id
+        host = self.host(ctx.table)
         cap = params["power_cap"]
         return Decision(
             order=host,
             predicted_round_time_s=ctx.tau_s / cap,
             explanation={
-                "rule": "single site (highest power), pooled data, no communication",
+                "rule": f"single site ({self.host_rule}), pooled data, no communication",
                 "power_cap": cap,
             },
             mode=CENTRALIZED,
@@ -47,3 +61,30 @@ class Centralized50(Centralized):
     name = "centralized-50"
     summary = "centralized training capped at 50 % power (paper baseline)"
     default_params = {"power_cap": 0.5}
+
+
+class CentralizedGreen(Centralized):
+    """Centralized training in the greenest region (issue #60): the carbon side's baseline,
+    the lowest-carbon place one data centre could train everything."""
+
+    name = "centralized-green"
+    summary = (
+        "centralized training in the site with the cleanest grid, capped at 25 % power "
+        "(carbon baseline); needs population: regions"
+    )
+    details = (
+        "site: the one with the lowest g CO2/kWh (ties by id) trains on the pooled data of all "
+        "sites with no WAN cost, at power_cap of its capacity, as centralized does."
+    )
+    host_rule = "lowest carbon intensity"
+
+    def applies_to(self, table: SiteTable) -> bool:
+        return table.carbon_g_per_kwh is not None
+
+    def host(self, table: SiteTable) -> np.ndarray:
+        if table.carbon_g_per_kwh is None:
+            raise PolicyError(
+                "centralized-green hosts the run at the cleanest grid, and these profiles "
+                "carry no carbon intensities; run with population: regions"
+            )
+        return rank_asc(table.carbon_g_per_kwh, table)[:1]
