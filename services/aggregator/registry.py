@@ -65,6 +65,8 @@ class WorkerRegistry:
         self.site_owner: dict[str, str] = {}
         self.workers: dict[str, WorkerInfo] = {}
         self.dead: set[str] = set()
+        #: site -> what measures its energy (RegisterRequest.energy_meter), for the summary
+        self.energy_meters: dict[str, str] = {}
         self._join_listeners: list[JoinListener] = []
 
     def on_join(self, listener: JoinListener) -> None:
@@ -72,7 +74,9 @@ class WorkerRegistry:
         self._join_listeners.append(listener)
 
     # ---- registration ------------------------------------------------------------------
-    def register(self, worker_id: str, wanted: list[str], count: int) -> WorkerInfo:
+    def register(
+        self, worker_id: str, wanted: list[str], count: int, energy_meter: str = ""
+    ) -> WorkerInfo:
         """Host `wanted` sites (or `count` free ones) on `worker_id` under a new session;
         RegistrationError (its `code` for the status code) says why not."""
         with self._lock:
@@ -113,6 +117,11 @@ class WorkerRegistry:
                     old.queue = [t for t in old.queue if t.site_id != site]
                 self.site_owner[site] = worker_id
             self.dead.difference_update(sites)
+            for site in sites:
+                if energy_meter:
+                    self.energy_meters[site] = energy_meter
+                else:
+                    self.energy_meters.pop(site, None)
             for listener in self._join_listeners:
                 listener(info, previous is not None)
             self._lock.notify_all()

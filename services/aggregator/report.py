@@ -155,9 +155,15 @@ def round_files(run: RunConfig, clock: Clock, done: FinishedRound) -> RoundFiles
 
 
 def run_summary(
-    run: RunConfig, result: LoopResult, status: str, message: str, sites: list[dict]
+    run: RunConfig,
+    result: LoopResult,
+    status: str,
+    message: str,
+    sites: list[dict],
+    energy_meters: dict[str, str] | None = None,
 ) -> dict:
-    """summary.json: the run's settings, outcome and site table."""
+    """summary.json: the run's settings, outcome and site table; with `energy_meters` (site
+    -> what measured its energy, when a worker measured it) the sources of measured energy."""
     rounds_k = [r.k for r in result.history]
     summary = {
         "policy": run.policy,
@@ -195,6 +201,8 @@ def run_summary(
     if run.tau_source != "fixed":  # only then: a fixed-tau run's summary stays as it was
         summary["tau_source"] = run.tau_source
         summary["tau_s"] = run.tau_s
+    if energy_meters:  # only then: an unmeasured run's summary stays as it was
+        summary["energy_meters"] = dict(sorted(energy_meters.items()))
     summary["clock_note"] = clock_of(run).note
     return summary
 

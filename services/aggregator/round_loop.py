@@ -382,7 +382,9 @@ class RoundLoop:
 
     def write_summary(self, status: str, message: str) -> None:
         sites = self.control.site_table()
-        self.recorder.write_summary(run_summary(self.run, self.result, status, message, sites))
+        meters = dict(self.state.registry.energy_meters)
+        summary = run_summary(self.run, self.result, status, message, sites, meters)
+        self.recorder.write_summary(summary)
 
 
 __all__ = ["MAX_EMPTY_ROUNDS", "RoundLoop"]

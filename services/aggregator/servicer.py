@@ -142,8 +142,9 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             self._check_site_tokens(request, context)
         try:
             info = self.registry.register(
-                request.worker_id, list(request.site_ids), request.site_count
-            )
+                request.worker_id, list(request.site_ids), request.site_count,
+                request.energy_meter,
+            )  # fmt: skip
         except RegistrationError as exc:
             code = {
                 "unknown_site": grpc.StatusCode.NOT_FOUND,
@@ -152,10 +153,11 @@ class AggregatorServicer(aggregator_pb2_grpc.AggregatorServicer):
             context.abort(code, str(exc))
         self._note_certificate(info.site_ids, context)
         log.info(
-            "worker %s (%s) registered %d site(s)",
+            "worker %s (%s) registered %d site(s)%s",
             info.worker_id,
             request.device or "device not given",
             len(info.site_ids),
+            f"; energy measured by {request.energy_meter}" if request.energy_meter else "",
         )
         return aggregator_pb2.RegisterResponse(
             worker_id=info.worker_id,

@@ -33,6 +33,7 @@ from powertrip.rpc.service import (
 from powertrip.rpc.sitetokens import load_site_tokens
 from powertrip.v1 import site_worker_pb2_grpc
 from services.site_worker.config import WorkerConfig
+from services.site_worker.energymeter import open_codecarbon
 from services.site_worker.link import LinkError, claim_site, setup_link
 from services.site_worker.metrics import SiteWorkerMetrics
 from services.site_worker.servicer import SERVICE_NAME, SiteWorkerServicer
@@ -157,6 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="report GPU power from NVML to --profiler as the site's telemetry (one site; "
         f"always on with --shape-link; env {ENV}REPORT_POWER=1)",
     )
+    parser.add_argument(
+        "--codecarbon",
+        action="store_true",
+        default=flag_on(f"{ENV}CODECARBON"),
+        help="measure each task's energy with codecarbon (the [carbon] extra: RAPL, NVML, or "
+        "its estimate) and report it with the delta; on the wall clock it replaces the "
+        f"modelled GPU watts in the run's accounting (env {ENV}CODECARBON=1)",
+    )
     return parser
 
 
@@ -239,6 +248,10 @@ def configure(args: argparse.Namespace) -> Prepared:
         if len(sites) != 1:
             raise StartError("--report-power needs exactly one --sites")
         reporter = start_power_reporting(args.profiler, sites[0], worker_id, credentials)
+    meter, meter_source = (reporter.reader, "NVML") if reporter is not None else (None, "")
+    if args.codecarbon:
+        meter = open_codecarbon()
+        meter_source = meter.source if meter is not None else ""
     config = WorkerConfig(
         aggregator=args.aggregator,
         worker_id=worker_id,
@@ -255,7 +268,8 @@ def configure(args: argparse.Namespace) -> Prepared:
         site_tokens={s: tokens[s] for s in sites if s in tokens},
         credentials=credentials,
         device=device,
-        power_meter=reporter.reader if reporter is not None else None,
+        power_meter=meter,
+        energy_meter=meter_source,
     )
     return Prepared(config, link, reporter)
 
@@ -319,6 +333,8 @@ def run(args: argparse.Namespace, prepared: Prepared) -> int:
     worker.stop()
     if reporter:
         reporter.stop()
+    if hasattr(config.power_meter, "close"):  # codecarbon's tracker has a thread to stop
+        config.power_meter.close()
     if link:
         link.close()
     for thread in threads:

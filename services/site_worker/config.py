@@ -27,3 +27,5 @@ class WorkerConfig:
     #: NVML reader (telemetry.GpuPower) of a worker run with --report-power: each delta then
     #: carries the joules its local steps drew (DeltaHeader.energy_j)
     power_meter: object = None
+    #: what power_meter is, in words (RegisterRequest.energy_meter): the run's report says it
+    energy_meter: str = ""

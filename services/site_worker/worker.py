@@ -130,6 +130,7 @@ class SiteWorker:
             site_ids=self.config.site_ids,
             site_count=self.config.site_count,
             device=self.config.device,
+            energy_meter=self.config.energy_meter if self.config.power_meter else "",
             join_token=self.config.join_token,
             site_tokens=self.config.site_tokens,
         )

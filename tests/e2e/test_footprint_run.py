@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -97,3 +98,26 @@ def test_a_regions_run_charges_each_site_its_own_grid(tmp_path):
     assert summary["carbon_kg"] == pytest.approx(2 * ACTIVE_J / KWH * (122 + 345 + 236) / 1e3)
     report = (out / "report.html").read_text()
     assert "St. Ghislain (BE)" in report and "Frankfurt (DE)" in report and ">241<" in report
+
+
+def test_a_wall_clock_run_charges_what_codecarbon_measured(tmp_path):
+    """Site workers with --codecarbon (POWERTRIP_SITE_WORKER_CODECARBON=1, inherited by the
+    embedded workers) report each task's measured joules; the run's summary and report say
+    which of codecarbon's methods measured them (on this CPU without RAPL: its estimate)."""
+    pytest.importorskip("codecarbon", reason="needs the carbon extra: pip install -e '.[carbon]'")
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
+         "2", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--set",
+         "clock=wall", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "POWERTRIP_SITE_WORKER_CODECARBON": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    meters = summary["energy_meters"]
+    assert sorted(meters) == ["site-000", "site-001"]
+    assert all(source.startswith("codecarbon") for source in meters.values()), meters
+    for row in csv.DictReader((out / "rounds.csv").open(newline="")):
+        assert float(row["energy_j"]) > 0
+    assert "energy measured by codecarbon" in (out / "report.html").read_text()

@@ -204,7 +204,8 @@ def test_bad_scale_is_refused(service_factory, tmp_path):
 
 
 def test_power_telemetry_degrades_cleanly_without_a_gpu(caplog):
-    """No GPU (and no nvidia-ml-py) here: no reader, one reason, no exception."""
+    """No GPU here (nvidia-ml-py may be there: codecarbon brings it): no reader, one reason,
+    no exception."""
     from services.site_worker.telemetry import (
         GpuPower,
         PowerReading,

@@ -164,6 +164,10 @@ def _result_table(run: RunResult) -> Table:
         mean, most = error.get("mean"), error.get("max")
         text = "-" if mean is None else f"mean {mean:.2e}, max {most:.2e}"
         rows.append([f"{s['delta_encoding']} deltas: error vs fp32 (relative norm)", text])
+    meters = s.get("energy_meters") or {}
+    for source in sorted(set(meters.values())):  # what measured energy, not the model's watts
+        sites = sorted(site for site, by in meters.items() if by == source)
+        rows.append([f"energy measured by {source}", f"{len(sites)} site(s): {', '.join(sites)}"])
     return Table(["", "value"], rows)
 
 
