@@ -17,6 +17,7 @@ from powertrip.core import deltacodec, footprint, outer, provenance
 from powertrip.core.configcheck import check_settings
 from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
+from powertrip.core.policies.objective import CARBON_SLACK
 from powertrip.core.profiles import AGGREGATOR_REGION, GPUS_PER_SITE, PopulationSpec
 
 #: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
@@ -53,6 +54,8 @@ LATER_SETTINGS: dict[str, Any] = {
     "delta_encoding": "fp32",
     "population": "synthetic",
     "aggregator_region": AGGREGATOR_REGION,
+    "objective": "time",
+    "carbon_slack": CARBON_SLACK,
 }
 _ABSENT = object()
 
@@ -131,6 +134,11 @@ class RunConfig:
     #: intensity (num_sites <= 40: the nearest to the aggregator take part)
     population: str = "synthetic"
     aggregator_region: str = AGGREGATOR_REGION
+    #: what each round optimises (powertrip/core/policies/objective.py): "time", the paper's;
+    #: "carbon", the policy's k with its sites re-chosen for less CO2 (Eq. 8 with the grid's
+    #: term) while a round is predicted to take at most carbon_slack x the time objective's
+    objective: str = "time"
+    carbon_slack: float = CARBON_SLACK
     #: uniform power mode draws p_i ~ U[min_power, max_power] once (paper §5.1: U[0.1, 1.0]);
     #: min_power = max_power = 1 gives identical full-power sites (paper Figs. 6-7)
     min_power: float = 0.1

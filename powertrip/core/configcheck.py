@@ -153,6 +153,14 @@ def check_settings(config: Any) -> None:
             "aggregator_region",
             f"must be one of {', '.join(names)}, got {config.aggregator_region!r}",
         )
+    need(config.carbon_slack >= 1, "carbon_slack", f"must be >= 1, got {config.carbon_slack}")
+    need(
+        config.objective != "carbon" or config.population == "regions",
+        "objective",
+        "carbon needs each site's grid intensity, which population 'regions' gives; set "
+        "population: regions",
+        "population",
+    )
     need(config.workers >= 1, "workers", f"must be >= 1, got {config.workers}")
     need(config.threads_per_worker >= 1, "threads_per_worker", "must be >= 1")
     need(

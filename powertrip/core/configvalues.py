@@ -12,6 +12,7 @@ from powertrip.core.clocks import CLOCKS
 from powertrip.core.deltacodec import DELTA_ENCODINGS
 from powertrip.core.outer import OUTER_OPTIMIZERS
 from powertrip.core.policies.base import param_number
+from powertrip.core.policies.objective import OBJECTIVES
 from powertrip.core.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS, POPULATIONS
 from powertrip.core.timemodel import WORK_MODELS
 
@@ -31,6 +32,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "tau_source": TAU_SOURCES,
     "distance_distribution": DISTANCE_DISTRIBUTIONS,
     "population": POPULATIONS,
+    "objective": OBJECTIVES,
     "link_model": LINK_MODELS,
     "outer_optimizer": OUTER_OPTIMIZERS,
     "delta_encoding": DELTA_ENCODINGS,

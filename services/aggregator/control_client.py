@@ -341,6 +341,8 @@ class ControlClient:
             shadow=run.shadow,
             estimator=run.estimator,
             work_model=run.work_model,
+            objective=run.objective,
+            carbon_slack=run.carbon_slack,
         )
         data = self._request_bytes(request, profiles)
         try:

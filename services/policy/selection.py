@@ -24,6 +24,7 @@ from powertrip.core.policies import (
     shadow_names,
 )
 from powertrip.core.policies.base import ESTIMATORS
+from powertrip.core.policies.objective import CARBON_SLACK, OBJECTIVES, for_carbon
 from powertrip.core.timemodel import WORK_MODELS
 from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from services.policy.config import PolicyConfig
@@ -213,6 +214,11 @@ def shadows(chosen: str, ctx: Context) -> tuple[Shadow, ...]:
 def select(request, config: PolicyConfig) -> Chosen:
     """The whole SelectSites decision, minus the wire format."""
     policy = get_policy(request.policy)  # an unknown name fails before any work
+    objective = request.objective or "time"
+    if objective not in OBJECTIVES:
+        raise PolicyError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     ctx = build_context(request, config)
     decision = policy.select(ctx)
+    if objective == "carbon":  # the shadows stay the time objective's
+        decision = for_carbon(ctx, decision, request.carbon_slack or CARBON_SLACK)
     return Chosen(ctx, decision, shadows(request.policy, ctx) if request.shadow else ())
