@@ -32,6 +32,7 @@ from powertrip.app.paper import (
     llm,
     outer_study,
     plateau,
+    regions_study,
     tau_sweep,
 )
 
@@ -55,6 +56,7 @@ MODULES: tuple[ModuleType, ...] = (
     tau_sweep,
     llm,
     outer_study,
+    regions_study,
 )
 
 #: figure key (what --figure takes) -> its module; Figs. 6 and 7 share their runs; Figs. 2,
@@ -80,6 +82,7 @@ FIGURES: dict[str, ModuleType] = {
     "tau": tau_sweep,
     "llm": llm,
     "outer": outer_study,
+    "regions": regions_study,
 }
 
 #: canonical key ('6-7', '8', ..., 'ablation') -> suite
