@@ -4,7 +4,8 @@ A real run (four services as processes; two site workers with `--trainer vmap --
 or one worker training three sites at once with `--train-threads 3`)
 writes its global model after round 1; the test recomputes that round in-process with the
 plain per-site loop (`train_local`, one site after another) and plain FedAvg, from the same
-initial weights, seeds and data, and compares.
+initial weights, seeds and data, and compares (FedAvg on fp32 deltas, set explicitly:
+the product's defaults are the Nesterov step and int8).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def _run(out, seed: int, sites: int, workload_name: str, *layout: str) -> None:
             "--workload", workload_name, "--sites", str(sites), "--policy", "all",
             "--max-rounds", "1", "--seed", str(seed), "--target-accuracy", "0.99",
             *layout, "--out", str(out), "--quiet",
+            # the plain loop below is FedAvg on fp32 deltas, not the product's defaults
+            "--set", "outer_optimizer=fedavg", "--set", "delta_encoding=fp32",
         ],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -29,6 +29,8 @@ def link_stack(stack_factory, tmp_path):
     config = RunConfig(
         workload="shakespeare", num_sites=2, max_rounds=2, seed=5, policy="all",
         target_accuracy=0.999, round_deadline_s=300, eval_samples=32,
+        # the tests stream raw fp32 deltas (3.3 MB: long enough to cut) and check FedAvg
+        outer_optimizer="fedavg", delta_encoding="fp32",
     )  # fmt: skip
     path = tmp_path / "run.yaml"
     config.write_yaml(path)

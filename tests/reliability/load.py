@@ -74,6 +74,7 @@ async def _virtual_site(i: int, stub, stats: dict, rng: np.random.Generator) -> 
     )
     stats["registered"] += 1
     session = reply.session_token
+    encoding = reply.spec.delta_encoding or "fp32"  # as a real worker sends (int8 by default)
     while True:
         polled = await stub.NextTask(
             aggregator_pb2.NextTaskRequest(worker_id=worker, wait_s=20, session_token=session),
@@ -102,7 +103,8 @@ async def _virtual_site(i: int, stub, stats: dict, rng: np.random.Generator) -> 
                 worker_id=worker, session_token=session,
             )  # fmt: skip
             messages = [aggregator_pb2.UploadDeltaRequest(header=header)] + [
-                aggregator_pb2.UploadDeltaRequest(chunk=c) for c in encode_tensors(delta)
+                aggregator_pb2.UploadDeltaRequest(chunk=c)
+                for c in encode_tensors(delta, delta_encoding=encoding)
             ]
             try:
                 await stub.UploadDelta(iter(messages), timeout=60)

@@ -159,7 +159,8 @@ def messages():
         task_id=task.task_id, site_id=task.site_id, round=task.round,
         model_version=task.model_version, num_samples=10, worker_id="half",
         session_token=reg.session_token))
-    yield pb.UploadDeltaRequest(chunk=next(iter(encode_tensors(arrays))))
+    encoding = reg.spec.delta_encoding or "fp32"  # as a real worker sends it
+    yield pb.UploadDeltaRequest(chunk=next(iter(encode_tensors(arrays, delta_encoding=encoding))))
     print("UPLOADING", flush=True)
     time.sleep(3600)  # the rest of the delta never comes: we are killed mid-stream
 
