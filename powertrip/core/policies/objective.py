@@ -124,8 +124,8 @@ def for_carbon(ctx: Context, decision: Decision, slack: float = CARBON_SLACK) ->
         {
             **decision.explanation,
             "objective": "carbon",
-            "gamma": 0.0,
             "slack": slack,
+            "carbon_vs_time": 1.0,
             "note": "no cleaner set of this k within the slack",
         },  # fmt: skip
         decision.mode,
