@@ -201,17 +201,31 @@ class RunConfig:
         return cls().with_values(data, source)
 
     @classmethod
+    def from_run(cls, path: str | Path) -> RunConfig:
+        """A stored run's configuration (its config.yaml or run-config.yaml), with or without
+        a provenance block: a setting added since it ran takes what its absence meant then
+        (`LATER_SETTINGS`), so replaying it decides as it did (a run from before int8 deltas
+        moved full updates)."""
+        data = cls._read_yaml(Path(path))
+        if isinstance(data, dict):
+            data = {**{k: v for k, v in LATER_SETTINGS.items() if k not in data}, **data}
+        return cls.from_mapping(data, source=str(path))
+
+    @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
         path = Path(path)
+        return cls.from_mapping(cls._read_yaml(path), source=str(path))
+
+    @staticmethod
+    def _read_yaml(path: Path) -> Any:
         try:
             text = path.read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
         try:
-            data = yaml.safe_load(text) or {}
+            return yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
-        return cls.from_mapping(data, source=str(path))
 
     def with_values(self, data: Any, source: str = "config") -> RunConfig:
         """A copy with `data`'s settings, each checked and coerced as a YAML file's are (the

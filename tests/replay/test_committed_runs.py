@@ -33,7 +33,7 @@ def test_every_run_records_every_parameter_of_its_policy(name):
     """So that a default can move without making a run stale: its config names them all."""
     missing = []
     for run in COMMITTED:
-        config = RunConfig.from_yaml(run / name)
+        config = RunConfig.from_run(run / name)
         want, have = set(REGISTRY[config.policy].default_params), set(config.policy_params)
         if have != want:
             missing.append(f"{run}: lacks {sorted(want - have)}, unknown {sorted(have - want)}")
@@ -63,7 +63,7 @@ def test_no_floor_of_adaptive_binds_on_a_committed_run():
     cannot (trace power, whose site table changes every round)."""
     checked = 0
     for run in COMMITTED:
-        config = RunConfig.from_yaml(run / runfiles.CONFIG)
+        config = RunConfig.from_run(run / runfiles.CONFIG)
         if config.policy != "adaptive":
             continue
         with (run / runfiles.ROUNDS).open(newline="") as handle:

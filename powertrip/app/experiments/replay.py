@@ -26,6 +26,7 @@ from pathlib import Path
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY, Context, Decision, PastRound, SiteTable, get_policy
+from powertrip.core.policies.objective import for_carbon
 
 #: policies whose decisions read nothing a rounds.csv lacks
 REPLAYABLE = frozenset({"powertrip", "adaptive", "static"})
@@ -44,7 +45,7 @@ class StoredRun:
 
 def load_stored(path: Path) -> StoredRun:
     """A run directory's resolved config and rounds, checked to be replayable."""
-    config = RunConfig.from_yaml(path / runfiles.CONFIG)
+    config = RunConfig.from_run(path / runfiles.CONFIG)
     missing = sorted(set(REGISTRY[config.policy].default_params) - set(config.policy_params))
     if missing:
         raise ReplayError(
@@ -65,10 +66,14 @@ def load_stored(path: Path) -> StoredRun:
 
 def site_table(run: RunConfig) -> SiteTable:
     """The policy's site table, as the policy service builds it from the profiler's uniform
-    profiles (configured links, constant power, all alive)."""
-    from powertrip.core.profiles import generate_population
+    profiles (configured links, constant power, all alive; a regions population's grids)."""
+    from powertrip.core.profiles import generate_population, population_regions
 
-    sites = generate_population(run.population_spec())
+    spec = run.population_spec()
+    sites = generate_population(spec)
+    carbon = None
+    if spec.population == "regions":
+        carbon = [r.g_co2_per_kwh for r in population_regions(spec)]
     return SiteTable.build(
         ids=[s.site_id for s in sites],
         power=[s.power_fraction for s in sites],
@@ -77,6 +82,7 @@ def site_table(run: RunConfig) -> SiteTable:
         bandwidth_bytes_per_s=[s.bandwidth_bytes_per_s for s in sites],
         update_size_bytes=run.update_size_bytes,
         directions=run.comm_directions or 2,
+        carbon_g_per_kwh=carbon,
     )
 
 
@@ -103,7 +109,11 @@ def replay(run: StoredRun) -> list[Decision]:
     history: list[PastRound] = []
     decisions = []
     for round_no, row in enumerate(run.rows, 1):
-        decisions.append(policy.select(context_of(run.config, table, history, round_no)))
+        ctx = context_of(run.config, table, history, round_no)
+        decision = policy.select(ctx)
+        if run.config.objective == "carbon":  # as the policy service applies it
+            decision = for_carbon(ctx, decision, run.config.carbon_slack)
+        decisions.append(decision)
         sites = tuple(row["sites"].split(";"))
         accuracy, time_s = float(row["accuracy"]), float(row["round_time_s"])
         history.append(PastRound(round_no, len(sites), accuracy, time_s, sites))
