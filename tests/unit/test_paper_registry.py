@@ -21,12 +21,12 @@ PAPER_DIR = Path(paper.__file__).parent
 
 # ---- registry and layering -------------------------------------------------------------
 def test_registry_has_figures_2_3_5_to_14_the_ablation_and_the_studies():
-    beyond = ("11-regime", "8-9-plateau", "ablation", "heldout", "tau", "llm", "outer")
+    beyond = ("11-regime", "8-9-plateau", "ablation", "heldout", "tau", "llm", "outer", "regions")
     assert set(FIGURES) == {"2", "3", *(str(n) for n in range(5, 15)), *beyond}
     assert list(SUITES) == [
         *("2", "3", "5", "6-7", "8", "9", "10", "11", "11-regime", "8-9-plateau", "12", "13"),
         "14",
-        *("ablation", "heldout", "tau", "llm", "outer"),
+        *("ablation", "heldout", "tau", "llm", "outer", "regions"),
     ]
     # Figs. 2-3 are computed from the power trace, Fig. 5 from the population: no runs
     for module in MODULES:

@@ -392,7 +392,7 @@ def test_figure_keys_6_and_7_select_one_module():
             ["--figure", "4"],
             "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
             "heldout, tau, "
-            "llm, outer or all",
+            "llm, outer, regions or all",
         ),
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--k", "500"], "--k values must be in 1..100"),
