@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from powertrip.core import footprint, outer, regions
+from powertrip.core import footprint, outer
 from powertrip.core.configvalues import FIELD_CHOICES, ConfigError
 from powertrip.core.peftspec import PeftSpec, PeftSpecError
-from powertrip.core.profiles import PopulationSpec
+from powertrip.core.profiles import PopulationSpec, regions_problems
 
 #: the radius and share the calibrated distances are fitted to (paper Fig. 9: 22 of 100 sites
 #: within 1,000 miles); a run uses PopulationSpec's defaults
@@ -138,21 +138,8 @@ def check_settings(config: Any) -> None:
         "gpus_available_max_fraction",
     )
     if config.population == "regions":
-        catalog = regions.catalog()
-        need(
-            config.num_sites <= len(catalog),
-            "num_sites",
-            f"population 'regions' has {len(catalog)} sites (one per region of "
-            f"data/regions/regions.csv), got {config.num_sites}; use --sites {len(catalog)} "
-            "or fewer",
-            "population",
-        )
-        names = [r.name for r in catalog]
-        need(
-            config.aggregator_region in names,
-            "aggregator_region",
-            f"must be one of {', '.join(names)}, got {config.aggregator_region!r}",
-        )
+        for name, why in regions_problems(config.num_sites, config.aggregator_region):
+            need(False, name, why, *(["population"] if name == "num_sites" else []))
     need(config.carbon_slack >= 1, "carbon_slack", f"must be >= 1, got {config.carbon_slack}")
     need(
         config.objective != "carbon" or config.population == "regions",

@@ -141,19 +141,8 @@ class PopulationSpec:
                 f"population must be one of {', '.join(POPULATIONS)}, got {self.population!r}"
             )
         if self.population == "regions":
-            catalog = regions.catalog()
-            if self.num_sites > len(catalog):
-                raise ValueError(
-                    f"num_sites: population 'regions' has {len(catalog)} sites (one per region "
-                    f"of {regions.DEFAULT_REGIONS_CSV.name}), got {self.num_sites}; use "
-                    f"--sites {len(catalog)} or fewer"
-                )
-            names = [r.name for r in catalog]
-            if self.aggregator_region not in names:
-                raise ValueError(
-                    f"aggregator_region must be one of {', '.join(names)}, got "
-                    f"{self.aggregator_region!r}"
-                )
+            for name, why in regions_problems(self.num_sites, self.aggregator_region):
+                raise ValueError(f"{name}: {why}")
         if not 0 <= self.min_distance_miles <= self.max_distance_miles:
             raise ValueError("min_distance_miles must be in [0, max_distance_miles]")
         if self.distance_distribution not in DISTANCE_DISTRIBUTIONS:
@@ -192,6 +181,27 @@ class PopulationSpec:
                 "gpus_available_min_fraction, gpus_available_max_fraction: must satisfy "
                 f"0 < min <= max <= 1, got min={lo}, max={hi}"
             )
+
+
+def regions_problems(num_sites: int, aggregator_region: str) -> list[tuple[str, str]]:
+    """(setting, why) for each setting a "regions" population cannot take: more sites than
+    the catalog has regions, an aggregator in no region of it. PopulationSpec.validate and
+    the run configuration's checks (which name where a value came from) share them."""
+    catalog = regions.catalog()
+    problems = []
+    if num_sites > len(catalog):
+        problems.append((
+            "num_sites",
+            f"population 'regions' has {len(catalog)} sites (one per region of "
+            f"data/regions/regions.csv), got {num_sites}; use --sites {len(catalog)} or fewer",
+        ))  # fmt: skip
+    names = [r.name for r in catalog]
+    if aggregator_region not in names:
+        problems.append((
+            "aggregator_region",
+            f"must be one of {', '.join(names)}, got {aggregator_region!r}",
+        ))  # fmt: skip
+    return problems
 
 
 def distance_exponent(spec: PopulationSpec) -> float:
