@@ -24,6 +24,19 @@ SITE_J = ACTIVE_J + IDLE_J  # 4,160.16 J
 KWH = 3.6e6
 
 
+def run_all_sites(out, sites: int, settings: dict, env: dict | None = None) -> None:
+    """`powertrip run` of `sites` synthetic sites, every one selected, for two rounds, with
+    each of `settings` as a --set; fails the test with the run's stderr."""
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
+         str(sites), "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99",
+         "--out", str(out), "--quiet", *sets],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
     trace = tmp_path / "carbon.csv"
     trace.write_text("site_id,g_per_kwh\nsite-000,100\n")  # the others: 400 g/kWh
@@ -36,14 +49,7 @@ def test_a_tiny_run_charges_the_hand_computed_footprint(tmp_path):
         "delta_encoding": "fp32",  # M = the whole 1 GB on the wire (int8 would send a quarter)
     }  # fmt: skip
     out = tmp_path / "run"
-    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
-    done = subprocess.run(
-        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
-         "4", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--out",
-         str(out), "--quiet", *sets],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_all_sites(out, 4, settings)
     rows = list(csv.DictReader((out / "rounds.csv").open(newline="")))
     assert len(rows) == 2
     for row in rows:
@@ -78,14 +84,7 @@ def test_a_regions_run_charges_each_site_its_own_grid(tmp_path):
         "reference_bandwidth_gbps": 10, "gpu_power_w": 100, "gpu_idle_power_w": 0,
     }  # fmt: skip
     out = tmp_path / "run"
-    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
-    done = subprocess.run(
-        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
-         "3", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--out",
-         str(out), "--quiet", *sets],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_all_sites(out, 3, settings)
     frankfurt_miles = 242.6  # great circle, Eemshaven to Frankfurt am Main
     frankfurt_comm_s = frankfurt_miles * 1609.344 / (299_792_458.0 * 2 / 3) + 1e9 / (
         1.25e9 * 100 / frankfurt_miles
@@ -106,14 +105,9 @@ def test_a_wall_clock_run_charges_what_codecarbon_measured(tmp_path):
     which of codecarbon's methods measured them (on this CPU without RAPL: its estimate)."""
     pytest.importorskip("codecarbon", reason="needs the carbon extra: pip install -e '.[carbon]'")
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "powertrip.app.cli", "run", "--workload", "synthetic", "--sites",
-         "2", "--policy", "all", "--max-rounds", "2", "--target-accuracy", "0.99", "--set",
-         "clock=wall", "--out", str(out), "--quiet"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "POWERTRIP_SITE_WORKER_CODECARBON": "1"},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_all_sites(
+        out, 2, {"clock": "wall"}, env={**os.environ, "POWERTRIP_SITE_WORKER_CODECARBON": "1"}
+    )
     summary = json.loads((out / "summary.json").read_text())
     meters = summary["energy_meters"]
     assert sorted(meters) == ["site-000", "site-001"]

@@ -111,15 +111,11 @@ def hours_to_target(run) -> tuple[float, bool]:
 
 
 def _mean_ci(values: list[float]) -> str:
-    mean, low, high = _bootstrap_mean(values)
+    """The mean and its bootstrap 95 % CI over seeds (paired_bootstrap of the values)."""
+    mean, low, high = paired_bootstrap(values)
     if not math.isfinite(mean):
         return "not run"
     return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if math.isfinite(low) else "")
-
-
-def _bootstrap_mean(values: list[float]) -> tuple[float, float, float]:
-    """The mean and its bootstrap 95 % CI over seeds (paired_bootstrap of the values)."""
-    return paired_bootstrap(values)
 
 
 def _front_row(v: VariantData, arm: str) -> C.ClaimRow:
