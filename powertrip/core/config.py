@@ -60,6 +60,12 @@ LATER_SETTINGS: dict[str, Any] = {
 _ABSENT = object()
 
 
+def as_stored(settings: dict[str, Any]) -> dict[str, Any]:
+    """A stored run's settings with each setting added since it ran at what its absence
+    meant then (`LATER_SETTINGS`)."""
+    return {**{k: v for k, v in LATER_SETTINGS.items() if k not in settings}, **settings}
+
+
 def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, also=()) -> list[str]:
     """The experiment settings on which two configurations (as `to_dict()` mappings)
     disagree, ignoring `EXECUTION_SETTINGS` and the names in `also`; a `LATER_SETTINGS`
@@ -196,8 +202,7 @@ class RunConfig:
         (`LATER_SETTINGS`), not today's default, so `--config RUN/config.yaml` reruns that
         run after a default has moved."""
         if isinstance(data, dict) and provenance.KEY in data:
-            stored = {k: v for k, v in data.items() if k != provenance.KEY}
-            data = {**{k: v for k, v in LATER_SETTINGS.items() if k not in stored}, **stored}
+            data = as_stored({k: v for k, v in data.items() if k != provenance.KEY})
         return cls().with_values(data, source)
 
     @classmethod
@@ -207,9 +212,7 @@ class RunConfig:
         (`LATER_SETTINGS`), so replaying it decides as it did (a run from before int8 deltas
         moved full updates)."""
         data = cls._read_yaml(Path(path))
-        if isinstance(data, dict):
-            data = {**{k: v for k, v in LATER_SETTINGS.items() if k not in data}, **data}
-        return cls.from_mapping(data, source=str(path))
+        return cls.from_mapping(as_stored(data) if isinstance(data, dict) else data, str(path))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
