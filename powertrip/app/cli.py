@@ -40,7 +40,7 @@ from powertrip.core.kernels import KernelsError, pin_cpu_kernels
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    try:  # before anything trains, here or in a child: same seed, same numbers on any x86-64
+    try:  # before anything trains, here or in a child: same seed, same numbers at any core count
         pin_cpu_kernels()
     except KernelsError as exc:
         print(f"powertrip: {exc}", file=sys.stderr)
@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(catalogue(), indent=2))
             return 0
         return subprocess.call([sys.executable, "-m", "services.policy", "--list-policies"])
+    if args.command == "kernels":
+        return _kernels(args)
     if args.command == "config":
         return config_command(args)
     if args.command == "logs":
@@ -133,6 +135,31 @@ def _as_json(command, config, args: argparse.Namespace) -> int:
         code = command(config, args)
     print(json.dumps({"command": args.command, "out": args.out, "runs": args.results}, indent=2))
     return code
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    """`powertrip kernels`: this CPU's kernel family and the thread-count check."""
+    from powertrip.core import kernelcheck
+    from powertrip.core.kernels import configure_torch
+
+    configure_torch()
+    prints = kernelcheck.fingerprints()
+    families = kernelcheck.load_families()
+    if args.record:
+        name, entry = kernelcheck.record_entry(prints)
+        families[name] = entry
+        kernelcheck.FAMILIES_FILE.write_text(json.dumps(families, indent=1, sort_keys=True) + "\n")
+        print(f"kernels: recorded family {name} in {kernelcheck.FAMILIES_FILE.name}")
+    text, ok = kernelcheck.report(prints, families)
+    if args.format == "json":
+        print(
+            json.dumps(
+                {"ok": ok, "cpu": kernelcheck.cpu_identity(), "fingerprints": prints}, indent=1
+            )
+        )
+    else:
+        print(text)
+    return 0 if ok else 1
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -124,6 +124,24 @@ def build_parser() -> argparse.ArgumentParser:
     policies = sub.add_parser("policies", help="list the site-selection policies")
     policies.add_argument("--format", choices=FORMATS, default="table", help="table or json")
 
+    kernels = sub.add_parser(
+        "kernels",
+        help="which CPU kernel family this machine computes, and whether each kernel holds "
+        "its bits at 1, 2 and 16 threads",
+        description="Runs each numeric kernel a run relies on (GEMMs, convolutions, "
+        "cross-entropy, SGD steps, numpy's sums, the int8 encoder) on fixed inputs and "
+        "compares its bits across thread counts and with the recorded families "
+        "(powertrip/core/kernel_families.json). Exit 0 when the check passes, 1 naming the "
+        "kernel that differs.",
+    )
+    kernels.add_argument(
+        "--record",
+        action="store_true",
+        help="add this machine's family to kernel_families.json (after a new CPU type passed "
+        "the rest of the tests)",
+    )
+    kernels.add_argument("--format", choices=FORMATS, default="table", help="table or json")
+
     config = sub.add_parser(
         "config",
         help="the resolved run configuration and where each setting came from, or a check",

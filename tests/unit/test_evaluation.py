@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from powertrip.core.config import RunConfig
+from powertrip.core.kernels import cpu_identity, kernel_mode
 from powertrip.core.training import eval_subset, evaluate
 from powertrip.core.workloads import get_workload
 from services.aggregator.evaluator import eval_threads
@@ -49,19 +50,28 @@ def _held_out_and_model(name: str, seed: int):
 
 
 @pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])
-def test_evaluation_is_bit_identical_with_one_and_two_threads(name):
+def test_evaluation_is_bit_identical_with_one_two_and_sixteen_threads(name):
+    """The aggregator evaluates with as many threads as the machine has cores, so a 2-core
+    and a 16-core machine must agree. Under the pinned kernels each kernel's bits ignore the
+    thread count (MKL's strict CNR GEMMs, ATen's convolutions: powertrip/core/kernels.py).
+    Where MKL runs no CNR branch (a CPU not made by Intel) that is not promised: there the
+    check is the kernel family's (tests/unit/test_kernelcheck.py) and this test says so."""
+    if kernel_mode() == "native":
+        pytest.skip("the native kernels split their sums by thread count (powertrip kernels)")
+    if cpu_identity()["vendor"] != "GenuineIntel":
+        pytest.skip("MKL's strict CNR branch runs on Intel CPUs only (powertrip kernels)")
     workload, model, x, y = _held_out_and_model(name, seed=0)
     before = torch.get_num_threads()
     try:
         results = []
-        for threads in (1, 2):
+        for threads in (1, 2, 16):
             torch.set_num_threads(threads)
             results.append(evaluate(workload, model, x, y, batch_size=128))
     finally:
         torch.set_num_threads(before)
-    (acc1, loss1), (acc2, loss2) = results
+    acc1, loss1 = results[0]
     assert 0.0 <= acc1 <= 1.0 and loss1 > 0
-    assert (acc1, loss1) == (acc2, loss2)  # exact: the loss is a sum of 300 floats
+    assert results[1:] == [(acc1, loss1)] * 2  # exact: the loss is a sum of 300 floats
 
 
 @pytest.mark.parametrize("name", ["femnist", "synthetic", "speech", "shakespeare"])

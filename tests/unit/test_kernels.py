@@ -27,8 +27,17 @@ def test_pinned_sets_the_three_variables_and_keeps_what_the_user_set():
     env = {"MKL_CBWR": "COMPATIBLE"}
     assert K.pin_cpu_kernels(env) == "pinned"
     assert env == {**K.PINNED, "MKL_CBWR": "COMPATIBLE"}
+    assert K.PINNED["MKL_CBWR"] == "AVX2,STRICT"  # strict: GEMM bits ignore the thread count
+
+
+@pytest.mark.skipif(not X86, reason="the pin is for x86-64 CPUs")
+def test_native_keeps_the_cpus_kernels_but_mkls_strict_gemms():
     native = {K.ENV: "native"}
-    assert K.pin_cpu_kernels(native) == "native" and native == {K.ENV: "native"}
+    assert K.pin_cpu_kernels(native) == "native"
+    assert native == {K.ENV: "native", "MKL_CBWR": "AUTO,STRICT"}
+    mine = {K.ENV: "native", "MKL_CBWR": "AVX512"}
+    K.pin_cpu_kernels(mine)
+    assert mine["MKL_CBWR"] == "AVX512" and "ATEN_CPU_CAPABILITY" not in mine
 
 
 @pytest.mark.skipif(not X86, reason="the pin is for x86-64 CPUs")
