@@ -109,7 +109,7 @@ test: setup  ## the fast tier: every test but the slow end-to-end runs and the r
 test-all: setup  ## every test, as CI runs it (container tests only with POWERTRIP_DOCKER_TESTS=1)
 	$(BIN)/pytest -q
 
-golden: setup  ## 8 fixed-seed runs byte for byte against tests/golden/expected.json (~3 min)
+golden: setup  ## 9 fixed-seed runs byte for byte against this CPU family's record (~3 min)
 	$(BIN)/python tests/golden/golden.py
 
 reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/reliability/ (~3 min)
