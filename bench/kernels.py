@@ -1,10 +1,11 @@
-"""pinned_vs_native: the speed cost of pinning the CPU kernels to AVX2 (powertrip.core.kernels).
+"""pinned_vs_native: the speed cost of the pinned CPU kernels (powertrip.core.kernels).
 
-Every run pins torch's kernels to AVX2 by default so that a seed gives the same numbers on any
-x86-64 CPU; on a CPU with AVX-512 that gives up its wider kernels. The figure is the bare
-FEMNIST training loop (bench/train.py's reference: the LEAF CNN, batch 20, the same sites and
-steps) in a fresh process per measurement, because the kernel choice is made once per
-process: pinned (the default: AVX2, convolutions by ATen) against
+Every run pins torch's kernels by default (ATen's AVX2 kernels, convolutions by ATen, MKL's
+strict CNR GEMMs) so that a seed gives the same numbers at any thread count and on every
+Intel CPU with AVX2; on a CPU with AVX-512 that gives up its wider kernels and oneDNN's
+convolutions. The figure is the bare FEMNIST training loop (bench/train.py's reference: the
+LEAF CNN, batch 20, the same sites and steps) in a fresh process per measurement, because the
+kernel choice is made once per process: pinned (the default) against
 `POWERTRIP_CPU_KERNELS=native`, interleaved `--repeat` times; the ratio is the median of the
 pairwise ratios (above 1: pinned is faster). Each child also reports the kernels it ran, so
 the table says what was compared.

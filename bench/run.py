@@ -70,6 +70,7 @@ from bench import (  # noqa: E402
     train,
     transfer,
 )
+from powertrip.core.kernels import cpu_identity  # noqa: E402
 
 # `--only` names -> modules, in the order they run (and their figures appear in the table).
 BENCHMARKS = {
@@ -125,7 +126,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="powertrip-bench-"))
     cores = os.cpu_count() or 1
     results: dict = {
-        "machine": f"{platform.processor() or platform.machine()} {cores} cores, "
+        "machine": f"{cpu_identity()['model']} {cores} cores, "
         f"{platform.system()} {platform.release()}",
         "date": time.strftime("%F %T %Z"),
         "command": " ".join([Path(sys.executable).name, "bench/run.py", *sys.argv[1:]]),
