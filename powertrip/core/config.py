@@ -166,16 +166,16 @@ class RunConfig:
     fused_sgd: bool = True
     #: how the averaged delta moves the model (powertrip/core/outer.py): "nesterov" takes
     #: DiLoCo's outer SGD step with Nesterov momentum, outer_lr and outer_momentum
-    #: (OpenDiLoCo's 0.7 and 0.9), the default since it halved time to target on held-out
-    #: seeds (issue #62, figure outer); "fedavg" adds the average as is (the paper's Eq. 2,
-    #: what configs/reproduce.yaml runs; it uses neither outer_lr nor outer_momentum)
+    #: (OpenDiLoCo's 0.7 and 0.9), the default by the study of figure `outer`
+    #: (results/claims.md); "fedavg" adds the average as is (the paper's Eq. 2, what
+    #: configs/reproduce.yaml runs; it uses neither outer_lr nor outer_momentum)
     outer_optimizer: str = "nesterov"
     outer_lr: float = outer.OUTER_LR
     outer_momentum: float = outer.OUTER_MOMENTUM
     #: how sites encode their deltas for upload (powertrip/core/deltacodec.py): "int8" a
-    #: quarter of the bytes (per-tensor symmetric), the default since it cut time to target
-    #: further on held-out seeds (issue #62); "fp32" as they are (the paper's, what
-    #: configs/reproduce.yaml runs). M (update_size_gb, the fp32 update) is charged at that share
+    #: quarter of the bytes (per-tensor symmetric), the default by the same study; "fp32" as
+    #: they are (the paper's, what configs/reproduce.yaml runs). M (update_size_gb, the fp32
+    #: update) is charged at that share
     delta_encoding: str = "int8"
     round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
     data_dir: str | None = None

@@ -1,4 +1,4 @@
-"""How a site's delta is encoded for upload (issue #62), as pure functions.
+"""How a site's delta is encoded for upload, as pure functions.
 
 A delta crosses the wire as 4-byte floats ("fp32", the paper's method) or as signed bytes
 ("int8": a quarter of the bytes; the product's default, chosen on held-out seeds, figure

@@ -1,4 +1,4 @@
-"""Energy, wide-area egress cost and carbon of a round, as pure functions (issue #20).
+"""Energy, wide-area egress cost and carbon of a round, as pure functions.
 
 The paper compares policies on time to accuracy only; a power-constrained deployment also
 asks how many joules, dollars of egress and grams of CO2 a policy spends to get there.

@@ -1,4 +1,4 @@
-"""The outer step: how the round's averaged delta moves the global model (issue #62).
+"""The outer step: how the round's averaged delta moves the global model.
 
 FedAvg adds the weighted average of the sites' deltas to the model: an outer step with
 learning rate 1 and no momentum (paper Eq. 2). DiLoCo (Douillard et al., 2023,

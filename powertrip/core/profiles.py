@@ -45,7 +45,7 @@ and the hardware side of Eq. 6 can bind: N_eff,i = min(N_avail,i, floor(P_spare 
 In uniform power mode the drawn power fraction is then capped at N_avail,i / N_max (the cap
 is 1, a no-op, for the defaults); in trace mode the profiler applies Eq. 6 at every time.
 
-Real regions (`population="regions"`, issue #60). Instead of drawn distances, the sites are
+Real regions (`population="regions"`). Instead of drawn distances, the sites are
 Google Cloud's regions (`powertrip.core.regions`, data/regions/regions.csv): D_i is the
 great-circle distance from the aggregator's region (`aggregator_region`), and the links
 follow from D_i through `link_model` as above. The aggregator's own region would be 0 miles

@@ -1,4 +1,4 @@
-"""The Google Cloud regions as sites: where each is and how dirty its grid is (issue #60).
+"""The Google Cloud regions as sites: where each is and how dirty its grid is.
 
 The catalog is `data/regions/regions.csv`, built offline by `data/regions/build.py` from
 codecarbon's region intensities and GeoNames coordinates (data/regions/README.md). This

@@ -1,4 +1,4 @@
-"""Measured energy of a site's training from codecarbon (the `[carbon]` extra; issue #60).
+"""Measured energy of a site's training from codecarbon (the `[carbon]` extra).
 
 `--codecarbon` wraps the worker's training in codecarbon's offline tracker:
 RAPL for the CPU where the kernel exposes it (/sys/class/powercap), NVML for NVIDIA GPUs,

@@ -114,7 +114,7 @@ def test_one_k_in_the_window_leaves_the_slope_unknown():
 
 
 def test_a_level_that_is_rounding_error_is_zero_so_every_machine_holds():
-    """Round 5 of a GPU run (a plateau run of the lab-2026-12 tag, adaptive seed 0): the
+    """Round 5 of a GPU run (a plateau run of the archive, commit e2b9ee1, adaptive seed 0): the
     accuracy fell once, then stood still, so the state term explains every gain and the
     level is 0 exactly; lstsq gave 6.5e-21 here and <= 0 on the GPU host, and adaptive
     probed here where it had held there. The level is now 0 on every machine: hold."""

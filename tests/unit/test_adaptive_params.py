@@ -85,7 +85,7 @@ def test_other_work_models_use_their_own_estimate():
         ("stall_rounds", 1.5),
         ("ceiling_rounds", 3),
         ("m_ref_gb", 0),
-        # options that lost to the rule as it is, deleted (the lab-2026-12 tag has them)
+        # options that lost to the rule as it is, deleted (commit e2b9ee1 has them)
         ("block_se", 1),
         ("shrink_in_fit", 1),
         ("down_probe", 1),

@@ -28,7 +28,7 @@ PAGES = sorted(
 )
 #: top-level entries of the repository a path in a page may start with
 TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {".ci"}
-#: options deleted in 1.0 (their runs are in the lab-2026-12 tag): no page may name them
+#: options deleted in 1.0 (their runs are in commit e2b9ee1): no page may name them
 DELETED = (
     "block_se", "shrink_in_fit", "level_se", "down_probe", "min_probe", "rule=feedback",
     "gain=separable", "calibrate=1", "powertrip_feedback", "policyparams", "test-fast",
@@ -98,7 +98,7 @@ def problems(text: str, where: str = "page") -> list[str]:
                     found.append(f"{where}: policy {policy}: no such policy")
         for deleted in DELETED:
             if deleted in line:
-                found.append(f"{where}: names {deleted}, deleted in 1.0 (tag lab-2026-12)")
+                found.append(f"{where}: names {deleted}, deleted in 1.0 (commit e2b9ee1)")
     return found
 
 

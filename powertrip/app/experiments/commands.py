@@ -32,7 +32,7 @@ from powertrip.core.config import RunConfig
 DEFAULT_BUDGET_FACTOR = 3.0
 #: Hours of simulated time each run of `compare` and `sweep` gets when neither a flag nor the
 #: config sets max_sim_hours. Comparing at equal time, not equal rounds, is what keeps
-#: policies with short rounds from being stopped early (issue #15): at FEMNIST's defaults
+#: policies with short rounds from being stopped early: at FEMNIST's defaults
 #: PowerTrip's 100 rounds took 2.2 h where random needed ~9 h to the same accuracy.
 DEFAULT_TIME_BUDGET_H = 3.0
 

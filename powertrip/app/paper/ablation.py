@@ -75,7 +75,7 @@ SUITE = Suite(
         "links-fig5-clock": ("powertrip", "static-k@links-fig5*"),
     },
 )
-#: the online policy beyond the paper (issue #31), run where a set-up has a sweep of its
+#: the online policy beyond the paper, run where a set-up has a sweep of its
 #: own; added after links-fig5's first runs, so a seed without it still counts (not run)
 ONLINE = "adaptive"
 OPTIONAL_ARMS = (ONLINE,)

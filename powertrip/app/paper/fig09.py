@@ -30,7 +30,7 @@ SUITE = Suite(
     FIG9_ARMS,
 )
 VARIANTS = (UNIFORM,)
-#: the times table also shows energy, egress cost and carbon to target (issue #20)
+#: the times table also shows energy, egress cost and carbon to target
 TABLE_FOOTPRINT = True
 
 #: the paper's hours and reductions (§5.3)

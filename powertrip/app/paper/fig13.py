@@ -8,7 +8,7 @@ size would also cost 13 more runs per seed each.
 
 The paper compares every baseline at each size ("PowerTrip consistently outperforms all
 baseline policies across all tested update sizes"); so do we: Fig. 9's policies at every
-size. The arms beyond PowerTrip, static and centralized-25 came later (issue #36): they are
+size. The arms beyond PowerTrip, static and centralized-25 came later: they are
 `OPTIONAL_ARMS`, shown as not run until made, without holding back the others' claims.
 Eq. 8's weights are checked too, from the weight formula with the runs' M_ref: no runs
 needed."""

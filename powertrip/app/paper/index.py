@@ -112,8 +112,8 @@ def index_markdown(runs: Path, rows: Sequence[Mapping[str, str]]) -> str:
         "`run-config.yaml`, `rounds.csv`, `summary.json` and `wall.csv`; `decisions.jsonl` "
         "for the online policies. A seed folder keeps its runs' site table once, in "
         "`sites.json`, which a report reads back for each run. The lab notebook before 1.0 "
-        "(option arms, the plateau studies' own engine and runs, previous rules) is the git "
-        "tag `lab-2026-12`.",
+        "(option arms, the plateau studies' own engine and runs, previous rules) is the "
+        "archive at commit e2b9ee1 on main (`git checkout e2b9ee1`).",
     ]
     return "\n".join(lines) + "\n"
 

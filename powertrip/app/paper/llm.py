@@ -1,4 +1,4 @@
-"""LLM fine-tuning with full updates, LoRA and QLoRA (issue #35; not a figure of the paper,
+"""LLM fine-tuning with full updates, LoRA and QLoRA (not a figure of the paper,
 the test of a feature it names).
 
 The paper, §4: "PowerTrip supports QLoRA or LoRA optimizations for training large language
@@ -13,7 +13,7 @@ holds, fine-tuned on the sites' roles):
 * what crosses the wire is measured (rounds.csv `bytes_up`), and the time model's M is the
   emulated Llama-2-7B update of each method (13.5 GB in full, 40 MB for LoRA r = 8 on every
   linear layer, `ALL_LINEAR`; powertrip/core/peftspec.py has the arithmetic);
-* arms: PowerTrip (the paper's rule), `adaptive` (the online policy of issue #31) and static
+* arms: PowerTrip (the paper's rule), `adaptive` (the online policy beyond the paper) and static
   k = 3, 10, 30 (`LLM_FRACTIONS` of 100 sites; a short sweep because each round trains real
   transformers on this CPU);
 * the target is the workload's held-out perplexity (`target_perplexity`), not accuracy:

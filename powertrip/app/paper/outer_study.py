@@ -1,5 +1,5 @@
-"""DiLoCo's outer step and int8 deltas under PowerTrip's selection (issue #62; not a figure
-of the paper).
+"""DiLoCo's outer step and int8 deltas under PowerTrip's selection (not a figure of the
+paper).
 
 Geo-distributed training today builds on DiLoCo: the averaged delta is a pseudo-gradient
 for an outer SGD step with Nesterov momentum (`outer_optimizer: nesterov`), and INTELLECT-1
@@ -88,7 +88,7 @@ VARIANTS: tuple[Variant, ...] = tuple(
 
 SUITE = Suite(
     "outer",
-    "DiLoCo's outer step and int8 deltas (issue #62)",
+    "DiLoCo's outer step and int8 deltas",
     "Not a figure of the paper, which trains with FedAvg and full-precision updates. "
     "DiLoCo's Nesterov outer step (OpenDiLoCo: lr 0.7, momentum 0.9) raises what a round "
     "buys; int8 deltas (INTELLECT-1) send a quarter of the bytes.",

@@ -4,8 +4,8 @@
 At the reproduction's 45 % every k reaches the target climbing, so a set that levels off on
 its own data never shows. The plateau regime (Fig. 11's regime check: lr 0.01, one local
 epoch a round, the whole held-out split) trained to 62 % is where it does: there 7 sites
-stopped at 59-60 % for hundreds of rounds, and k* moved up to 20 (runs of the `lab-2026-12`
-tag, made with a second engine that 1.0 deleted). Here the same set-up runs through the same
+stopped at 59-60 % for hundreds of rounds, and k* moved up to 20 (runs of the archive,
+commit e2b9ee1, made with a second engine that 1.0 deleted). Here the same set-up runs through the same
 round loop, services and checkpoints as every other run, so its numbers are comparable with
 them; `adaptive`'s two floors (`stall_rounds`, `ceiling_rounds`) are for this regime.
 
@@ -26,7 +26,7 @@ from powertrip.app.paper.common import comparison_claims, comparison_plots, poli
 from powertrip.app.paper.data import UNIFORM, VariantData, facts
 from powertrip.app.report import claims as C
 
-#: where k = 10 levels off in the plateau regime (62 % at rounds 208-217, lab-2026-12)
+#: where k = 10 levels off in the plateau regime (62 % at rounds 208-217, the archive)
 TARGET = 0.62
 
 PLATEAU = Variant(

@@ -1,4 +1,4 @@
-"""Real regions and their grids: time against CO2 (issue #60; not a figure of the paper).
+"""Real regions and their grids: time against CO2 (not a figure of the paper).
 
 The set-up: Google Cloud's 40 regions as the sites (`population: regions`,
 data/regions/regions.csv), the aggregator in europe-west4, each site's energy charged at its
@@ -67,7 +67,7 @@ CARBON_BASELINES = ("lowcarb", "centralized-green")
 
 SUITE = Suite(
     "regions",
-    "Real regions: hours and kg CO2 to target (issue #60)",
+    "Real regions: hours and kg CO2 to target",
     "Not a figure of the paper, whose sites are synthetic points with one grid. Here the "
     "sites are Google Cloud's 40 regions with their grids' intensities; PowerTrip and "
     "adaptive under the time and the carbon objective, flwr-lowcarb's rule, centralized "

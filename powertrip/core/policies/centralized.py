@@ -64,7 +64,7 @@ class Centralized50(Centralized):
 
 
 class CentralizedGreen(Centralized):
-    """Centralized training in the greenest region (issue #60): the carbon side's baseline,
+    """Centralized training in the greenest region: the carbon side's baseline,
     the lowest-carbon place one data centre could train everything."""
 
     name = "centralized-green"

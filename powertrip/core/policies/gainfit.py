@@ -95,7 +95,7 @@ def fit_gain(
     if abs(named["level"]) <= REL_TOL * float(np.max(np.abs(gains))):
         # rounding error of an exact zero (flat gains the state term explains), whose sign
         # depends on the machine's BLAS kernels: adaptive holds on a level <= 0, so a GPU
-        # host's run held where a replay here probed (a plateau run of lab-2026-12)
+        # host's run held where a replay here probed (a plateau run of the archive, commit e2b9ee1)
         named["level"] = 0.0
     dof = n - x.shape[1]
     resid = y - a @ coef

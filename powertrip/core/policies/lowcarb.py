@@ -1,4 +1,4 @@
-"""Lowcarb: flwr-lowcarb's carbon-aware client selection as a policy here (issue #60).
+"""Lowcarb: flwr-lowcarb's carbon-aware client selection as a policy here.
 
 flwr-lowcarb (Flower's carbon-aware client manager, github.com/birnbaum/flwr-lowcarb,
 `lowcarb/_strategy.py`, CarbonHack22) picks `num_clients` clients each round by their grid's

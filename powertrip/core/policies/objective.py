@@ -1,4 +1,4 @@
-"""The carbon objective (issue #60): a policy's round, re-chosen for less CO2 within a time
+"""The carbon objective: a policy's round, re-chosen for less CO2 within a time
 slack. Pure functions of the context and the policy's own decision.
 
 The paper ranks sites by power against communication cost (Eq. 8),

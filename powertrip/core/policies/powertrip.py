@@ -38,7 +38,7 @@ With no recent gain (g <= 0) nothing can be projected to pay: k stays at the win
 Ties do not add a site (the comparison is strict).
 
 Nothing else: options that went beyond the paper lost to this rule as written and were
-deleted (their runs: the `lab-2026-12` tag). What goes beyond the paper lives in its own
+deleted (their runs: the archive, commit e2b9ee1). What goes beyond the paper lives in its own
 policy (`adaptive`).
 """
 
