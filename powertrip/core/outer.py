@@ -40,9 +40,10 @@ Arrays = Mapping[str, np.ndarray]
 @dataclass(frozen=True)
 class OuterStep:
     """The outer optimizer of a run (RunConfig's `outer_optimizer`, `outer_lr`,
-    `outer_momentum`; the last two apply to nesterov only)."""
+    `outer_momentum`; the last two apply to nesterov only). The optimizer has no default
+    here: RunConfig's is the product's, and a stored run's is `STORED`."""
 
-    optimizer: str = "fedavg"
+    optimizer: str
     lr: float = OUTER_LR
     momentum: float = OUTER_MOMENTUM
 
@@ -73,10 +74,16 @@ class OuterStep:
         return cls(str(data["optimizer"]), float(data["lr"]), float(data["momentum"]))
 
 
+#: the outer step of a run made before runs had one (no outer setting, no outer.json in its
+#: audit): FedAvg's average, as every run then took it
+STORED = OuterStep("fedavg")
+
+
 def outer_of(settings: Any) -> OuterStep:
-    """The OuterStep of an object with RunConfig's outer settings."""
+    """The OuterStep of an object with RunConfig's outer settings (`STORED`'s where it has
+    none)."""
     return OuterStep(
-        str(getattr(settings, "outer_optimizer", "fedavg")),
+        str(getattr(settings, "outer_optimizer", STORED.optimizer)),
         float(getattr(settings, "outer_lr", OUTER_LR)),
         float(getattr(settings, "outer_momentum", OUTER_MOMENTUM)),
     )

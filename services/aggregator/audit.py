@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from powertrip.core.fedavg import StreamingFedAvg
+from powertrip.core.outer import STORED as STORED_OUTER
 from powertrip.core.outer import OuterStep, outer_update
 
 INITIAL = "initial.npz"
@@ -99,7 +100,7 @@ class DeltaAudit:
         for old in self.root.glob("round-*"):
             shutil.rmtree(old)
         _write_npz(self.root / INITIAL, initial)
-        outer_json = json.dumps((outer or OuterStep()).to_json(), indent=1) + "\n"
+        outer_json = json.dumps((outer or STORED_OUTER).to_json(), indent=1) + "\n"
         (self.root / OUTER).write_text(outer_json)
 
     def open_round(self, round_no: int, order: Iterable[str], model_version: int) -> RoundAudit:
@@ -122,7 +123,7 @@ def replay(root: Path, through_round: int | None = None) -> tuple[dict[str, np.n
     if not (root / INITIAL).is_file():
         raise AuditError(f"{root}: no {INITIAL}")
     weights = _read_npz(root / INITIAL)
-    outer = OuterStep()
+    outer = STORED_OUTER  # an audit from before outer.json existed
     if (root / OUTER).is_file():
         try:
             outer = OuterStep.from_json(json.loads((root / OUTER).read_text()))

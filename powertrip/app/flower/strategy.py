@@ -51,6 +51,16 @@ from powertrip.core.policies.base import ESTIMATORS, param_number
 from powertrip.core.timemodel import WORK_MODELS
 
 CLOCKS = ("simulated", "wall")
+#: the strategy's defaults that are meant to differ from the services' (RunConfig's), and why;
+#: every other keyword named like a run setting takes RunConfig's default (a test holds both)
+DEFAULTS_THAT_DIFFER: dict[str, str] = {
+    "comm_directions": "2: a Flower round sends the model down and the update up, and the "
+    "strategy cannot know that a node kept the last model; the services charge the paper's "
+    "Eq. 3 (the upload alone, 1)",
+    "outer_optimizer": "fedavg: a Flower app brings its own model, data and client "
+    "optimizer, where DiLoCo's lr 0.7 and momentum 0.9 were chosen on this project's "
+    "FEMNIST CNN only; FedAvg's average is what the user's FedAvg did",
+}
 
 
 class PowerTripStrategy(FedAvg):
@@ -63,7 +73,8 @@ class PowerTripStrategy(FedAvg):
       tau_s: the seconds one round's local work takes a site at full power (p = 1): the
         policy's tau; a site at power fraction p takes tau / p.
       update_size_bytes: M in Eq. 3; default: the bytes of the model's arrays.
-      comm_directions: 2 (model down and update up, the services' default) or 1.
+      comm_directions: 2 (model down and update up; the services charge 1, the upload:
+        `DEFAULTS_THAT_DIFFER` says why) or 1.
       estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...).
       seed: the policy's seed (random-k and Oort draw from (seed, round)).
       clock: `simulated` (the time model's charge) or `wall` (measured).
@@ -74,7 +85,8 @@ class PowerTripStrategy(FedAvg):
       target_accuracy: reported to the policy as the services do (it never stops the run).
       profile_timeout_s: how long each round's profile query waits for the nodes.
       outer_optimizer, outer_lr, outer_momentum: the services' settings (core/outer.py):
-        "fedavg", the average as is, or "nesterov", DiLoCo's step on the averaged delta.
+        "fedavg" (here the default; the services' is "nesterov": `DEFAULTS_THAT_DIFFER`),
+        the average as is, or "nesterov", DiLoCo's step on the averaged delta.
       out_dir: where decisions.jsonl and rounds.csv go (None: nowhere); `start` refuses a
         directory that holds an earlier run's.
 

@@ -5,9 +5,10 @@ At the reproduction's 45 % every k reaches the target climbing, so a set that le
 its own data never shows. The plateau regime (Fig. 11's regime check: lr 0.01, one local
 epoch a round, the whole held-out split) trained to 62 % is where it does: there 7 sites
 stopped at 59-60 % for hundreds of rounds, and k* moved up to 20 (runs of the archive,
-commit e2b9ee1, made with a second engine that 1.0 deleted). Here the same set-up runs through the same
-round loop, services and checkpoints as every other run, so its numbers are comparable with
-them; `adaptive`'s two floors (`stall_rounds`, `ceiling_rounds`) are for this regime.
+commit e2b9ee1, made with a second engine that 1.0 deleted). Here the same set-up runs
+through the same round loop, services and checkpoints as every other run, so its numbers are
+comparable with them; `adaptive`'s two floors (`stall_rounds`, `ceiling_rounds`) are for
+this regime.
 
 Its runs need 200-800 rounds each, beyond the reproduction's round limit, so they are asked for
 by name: `powertrip reproduce --figure 8-9-plateau --set max_rounds=800 --plan` states their
