@@ -343,6 +343,8 @@ class ControlClient:
             work_model=run.work_model,
             objective=run.objective,
             carbon_slack=run.carbon_slack,
+            gpu_power_w=run.gpu_power_w,
+            gpu_idle_power_w=run.gpu_idle_power_w,
         )
         data = self._request_bytes(request, profiles)
         try:

@@ -24,7 +24,7 @@ from powertrip.core.policies import (
     shadow_names,
 )
 from powertrip.core.policies.base import ESTIMATORS
-from powertrip.core.policies.objective import CARBON_SLACK, OBJECTIVES, for_carbon
+from powertrip.core.policies.objective import CARBON_SLACK, OBJECTIVES, for_carbon, idle_ratio
 from powertrip.core.timemodel import WORK_MODELS
 from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from services.policy.config import PolicyConfig
@@ -220,5 +220,6 @@ def select(request, config: PolicyConfig) -> Chosen:
     ctx = build_context(request, config)
     decision = policy.select(ctx)
     if objective == "carbon":  # the shadows stay the time objective's
-        decision = for_carbon(ctx, decision, request.carbon_slack or CARBON_SLACK)
+        idle = idle_ratio(request.gpu_power_w, request.gpu_idle_power_w)
+        decision = for_carbon(ctx, decision, request.carbon_slack or CARBON_SLACK, idle)
     return Chosen(ctx, decision, shadows(request.policy, ctx) if request.shadow else ())

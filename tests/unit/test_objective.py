@@ -1,4 +1,4 @@
-"""`objective: carbon` (issue #60): the policy's k, its sites re-chosen for less CO2 while the
+"""`objective: carbon`: the policy's k, its sites re-chosen for less CO2 while the
 round, as the clock charges it, stays within the slack of the time objective's."""
 
 from __future__ import annotations
@@ -8,7 +8,13 @@ import pytest
 
 from powertrip.core.config import ConfigError, RunConfig
 from powertrip.core.policies import Context, Decision, PolicyError, SiteTable, get_policy
-from powertrip.core.policies.objective import IDLE_RATIO, for_carbon, round_carbon, round_time
+from powertrip.core.policies.objective import (
+    IDLE_RATIO,
+    for_carbon,
+    idle_ratio,
+    round_carbon,
+    round_time,
+)
 
 #: six sites, tau 60 s: a and b are fast and dirty, c and d a little slower and clean, e is
 #: clean but slow (power 0.2: 300 s), f is clean but far (its link alone takes 200 s)
@@ -67,6 +73,27 @@ def test_round_carbon_counts_idle_energy_until_the_straggler():
     assert round_carbon(ctx, pair) == pytest.approx(expected)
 
 
+def test_the_runs_own_gpu_powers_set_the_idle_share():
+    """gpu_power_w and gpu_idle_power_w reach the objective: with an idle GPU that draws
+    nothing a round's carbon is its compute alone; 0 W active (a request from before the
+    fields) keeps the accounting's defaults."""
+    assert idle_ratio(300.0, 30.0) == pytest.approx(0.1)
+    assert idle_ratio(0.0, 0.0) == IDLE_RATIO
+    ctx = _ctx()
+    pair = np.array([2, 4])
+    compute_only = sum(CARBON[i] * 60.0 for i in (2, 4))
+    assert round_carbon(ctx, pair, idle=0.0) == pytest.approx(compute_only)
+    assert round_carbon(ctx, pair, idle=0.5) > round_carbon(ctx, pair, idle=IDLE_RATIO)
+    # c a little dirtier than f but far cleaner than e's power makes it: without idle draw
+    # the grid alone ranks (f 5, c 6, e 8); when waiting costs 0.9 of full power, the slow
+    # site e, which keeps few GPUs busy, is the cleaner partner of f
+    ctx = _ctx(carbon=[700.0, 650.0, 6.0, 40.0, 8.0, 5.0])
+    free = for_carbon(ctx, _time_decision(ctx), slack=5.0, idle=0.0)
+    costly = for_carbon(ctx, _time_decision(ctx), slack=5.0, idle=0.9)
+    assert sorted(IDS[i] for i in free.order) == ["site-c", "site-f"]
+    assert sorted(IDS[i] for i in costly.order) == ["site-e", "site-f"]
+
+
 def test_a_centralized_decision_and_a_table_without_intensities():
     ctx = _ctx()
     central = get_policy("centralized").select(ctx)
@@ -86,3 +113,33 @@ def test_the_setting_is_checked_with_what_it_needs():
                   carbon_slack=0.5).validate()  # fmt: skip
     with pytest.raises(ConfigError, match="objective must be one of time, carbon"):
         RunConfig().with_values({"objective": "cost"}, "--set")
+
+
+def test_the_policy_service_takes_the_runs_gpu_powers_from_the_request():
+    """SelectSites carries gpu_power_w and gpu_idle_power_w to the objective (they used to
+    stop at the accounting): the same request decides as for_carbon does with their ratio,
+    and a request without them (0 W) as with the accounting's defaults."""
+    from powertrip.rpc.sitecolumns import columns_from_profiles
+    from powertrip.v1 import common_pb2, policy_pb2
+    from services.policy.config import PolicyConfig
+    from services.policy.selection import select
+
+    carbon = [700.0, 650.0, 6.0, 40.0, 8.0, 5.0]
+    profiles = [
+        common_pb2.SiteProfile(site_id=i, power_fraction=p, distance_miles=100.0, latency_s=0.0,
+                               bandwidth_bytes_per_s=1e9 / c, alive=True, carbon_g_per_kwh=g)
+        for i, p, c, g in zip(IDS, POWER, COMM_S, carbon, strict=True)
+    ]  # fmt: skip
+
+    def chosen(**powers) -> list[str]:
+        request = policy_pb2.SelectSitesRequest(
+            policy="static", params={"k": 2.0}, update_size_bytes=1e9, tau_s=60.0,
+            round=1, comm_directions=1, objective="carbon", carbon_slack=5.0,
+            site_columns=columns_from_profiles(profiles), **powers,
+        )  # fmt: skip
+        decision = select(request, PolicyConfig()).decision
+        return sorted(IDS[i] for i in decision.order)
+
+    assert chosen(gpu_power_w=250.0, gpu_idle_power_w=0.0) == ["site-c", "site-f"]
+    assert chosen(gpu_power_w=250.0, gpu_idle_power_w=225.0) == ["site-e", "site-f"]
+    assert chosen() == chosen(gpu_power_w=250.0, gpu_idle_power_w=50.0)

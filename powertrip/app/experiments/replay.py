@@ -26,7 +26,7 @@ from pathlib import Path
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY, Context, Decision, PastRound, SiteTable, get_policy
-from powertrip.core.policies.objective import for_carbon
+from powertrip.core.policies.objective import for_carbon, idle_ratio
 
 #: policies whose decisions read nothing a rounds.csv lacks
 REPLAYABLE = frozenset({"powertrip", "adaptive", "static"})
@@ -112,7 +112,8 @@ def replay(run: StoredRun) -> list[Decision]:
         ctx = context_of(run.config, table, history, round_no)
         decision = policy.select(ctx)
         if run.config.objective == "carbon":  # as the policy service applies it
-            decision = for_carbon(ctx, decision, run.config.carbon_slack)
+            idle = idle_ratio(run.config.gpu_power_w, run.config.gpu_idle_power_w)
+            decision = for_carbon(ctx, decision, run.config.carbon_slack, idle)
         decisions.append(decision)
         sites = tuple(row["sites"].split(";"))
         accuracy, time_s = float(row["accuracy"]), float(row["round_time_s"])

@@ -40,8 +40,14 @@ OBJECTIVES = ("time", "carbon")
 #: a carbon round may take this x the time objective's predicted round time
 CARBON_SLACK = 1.10
 #: idle against active GPU power, the accounting's defaults (50 W / 250 W): what a site
-#: waiting for the straggler still draws
+#: waiting for the straggler still draws, where the run gives no powers of its own
 IDLE_RATIO = GPU_IDLE_POWER_W / GPU_POWER_W
+
+
+def idle_ratio(gpu_power_w: float, gpu_idle_power_w: float) -> float:
+    """r = P_idle / P_gpu of a run's accounting (its `gpu_power_w`, `gpu_idle_power_w`);
+    `IDLE_RATIO` where no active power is given (0: a request from before the field)."""
+    return gpu_idle_power_w / gpu_power_w if gpu_power_w > 0 else IDLE_RATIO
 
 
 def round_time(ctx: Context, order: np.ndarray) -> float:
@@ -56,10 +62,10 @@ def round_time(ctx: Context, order: np.ndarray) -> float:
     )
 
 
-def round_carbon(ctx: Context, order: np.ndarray) -> float:
+def round_carbon(ctx: Context, order: np.ndarray, idle: float = IDLE_RATIO) -> float:
     """The round's carbon up to one constant (N_max x P_gpu / 3.6e6): sum_i g_i p_i
     ((1 - r) compute_i + r T), the sites' active energy while computing and idle energy
-    (r = P_idle / P_gpu, the accounting's defaults) until the straggler is done at T, as
+    (r = P_idle / P_gpu, `idle`, the run's accounting) until the straggler is done at T, as
     powertrip/core/footprint.py charges them."""
     table = ctx.table
     if table.carbon_g_per_kwh is None:
@@ -69,10 +75,10 @@ def round_carbon(ctx: Context, order: np.ndarray) -> float:
         compute = ctx.tau_s / p
     else:  # data-parallel, power-split: every site computes the same time (Eq. 7)
         compute = np.full(len(order), DP_REFERENCE_SITES * ctx.tau_s / float(np.sum(p)))
-    return float(np.sum(g * p * ((1 - IDLE_RATIO) * compute + IDLE_RATIO * round_time(ctx, order))))
+    return float(np.sum(g * p * ((1 - idle) * compute + idle * round_time(ctx, order))))
 
 
-def carbon_ranking(ctx: Context, bound_s: float) -> np.ndarray:
+def carbon_ranking(ctx: Context, bound_s: float, idle: float = IDLE_RATIO) -> np.ndarray:
     """The alive sites that finish within `bound_s`, by G_i(bound_s), cleanest first
     (ties by id); under the data-parallel and power-split work models, where compute
     depends on the whole set, every alive site by g_i and the set is checked afterwards."""
@@ -81,16 +87,19 @@ def carbon_ranking(ctx: Context, bound_s: float) -> np.ndarray:
     if ctx.work_model == "local-steps":
         with np.errstate(divide="ignore"):
             alone = ctx.tau_s / p + table.comm_s
-        key = g * ((1 - IDLE_RATIO) + IDLE_RATIO * p * bound_s / ctx.tau_s)
+        key = g * ((1 - idle) + idle * p * bound_s / ctx.tau_s)
         key = np.where(alone <= bound_s, key, np.inf)
         ranked = rank_asc(key, table)
         return ranked[np.isfinite(key[ranked])]
     return rank_asc(g, table)
 
 
-def for_carbon(ctx: Context, decision: Decision, slack: float = CARBON_SLACK) -> Decision:
-    """The decision under the carbon objective (module docstring); a centralized one, or
-    one with no cleaner set within the slack, stands as it is."""
+def for_carbon(
+    ctx: Context, decision: Decision, slack: float = CARBON_SLACK, idle: float = IDLE_RATIO
+) -> Decision:
+    """The decision under the carbon objective (module docstring), `idle` the run's
+    P_idle / P_gpu (`idle_ratio`); a centralized one, or one with no cleaner set within the
+    slack, stands as it is."""
     if ctx.table.carbon_g_per_kwh is None:
         raise PolicyError(
             "objective carbon needs each site's grid carbon intensity, which these profiles "
@@ -102,11 +111,11 @@ def for_carbon(ctx: Context, decision: Decision, slack: float = CARBON_SLACK) ->
         return decision
     k = len(decision.order)
     t_time = round_time(ctx, decision.order)
-    c_time = round_carbon(ctx, decision.order)
-    order = carbon_ranking(ctx, slack * t_time)[:k]
+    c_time = round_carbon(ctx, decision.order, idle)
+    order = carbon_ranking(ctx, slack * t_time, idle)[:k]
     if len(order) == k:
         t = round_time(ctx, order)
-        c = round_carbon(ctx, order)
+        c = round_carbon(ctx, order, idle)
         if t <= slack * t_time * (1 + 1e-12) and c < c_time:
             explanation = {
                 **decision.explanation,
