@@ -16,4 +16,4 @@ The services under `services/` import `core` and the edge floor, never `app` and
 other; nothing imports `app` but `python -m powertrip` and the `powertrip` script.
 """
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
