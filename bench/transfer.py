@@ -263,9 +263,12 @@ class TransferBench:
         from services.site_worker.config import WorkerConfig
         from services.site_worker.worker import SiteWorker
 
+        # fp32 deltas: the bytes the raw-TCP and bare-gRPC references move (int8's own
+        # figures are bench/deltawire.py's)
         config = RunConfig(
             workload=WORKLOAD, num_sites=1, policy="all", max_rounds=1000,
             target_accuracy=1.0, eval_samples=20, checkpoint=False, shadow=False,
+            delta_encoding="fp32",
         ).resolved(femnist_sites()[0].defaults)  # fmt: skip
         # this process plays the site worker, whose set-up does the same (and the references
         # measured next to it run under it too)

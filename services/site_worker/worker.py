@@ -105,7 +105,7 @@ class SiteWorker:
         self._stop = False
         self._channel: grpc.Channel | None = None
         self._count_lock = threading.Lock()
-        #: how deltas cross the wire: the run's (RunSpec.delta_encoding, set at registration)
+        #: how deltas cross the wire: the run's (RunSpec.delta_encoding, set by `register`)
         self.delta_encoding = "fp32"
         torch.set_num_threads(config.threads)
 
@@ -137,7 +137,10 @@ class SiteWorker:
         deadline = time.monotonic() + self.config.register_timeout_s
         while True:
             try:
-                return stub.Register(request, timeout=10, wait_for_ready=True)
+                reply = stub.Register(request, timeout=10, wait_for_ready=True)
+                # how this worker's deltas cross: the run's, known from registration on
+                self.delta_encoding = reply.spec.delta_encoding or "fp32"
+                return reply
             except grpc.RpcError as exc:
                 retriable = exc.code() in (
                     grpc.StatusCode.UNAVAILABLE,
@@ -149,7 +152,6 @@ class SiteWorker:
 
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
-        self.delta_encoding = spec.delta_encoding or "fp32"
         self.workload = get_workload(spec.workload, spec.peft or None)
         # a site's samples are asked for when it trains: a workload may make them then
         self.sites = self.workload.site_data(
