@@ -25,6 +25,7 @@ from powertrip.app.cliexit import (
     interrupted,
     resume_hint,
 )
+from powertrip.app.cliflags import settle_rank_by
 from powertrip.app.clioperators import (
     operate_command,
     provision_command,
@@ -40,6 +41,7 @@ from powertrip.core.kernels import KernelsError, pin_cpu_kernels
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    settle_rank_by(args)
     try:  # before anything trains, here or in a child: same seed, same numbers at any core count
         pin_cpu_kernels()
     except KernelsError as exc:
@@ -168,7 +170,7 @@ def _report(args: argparse.Namespace) -> int:
 
     with stop_services_on_signals():  # SIGTERM too ends in a message, not a kill
         try:
-            path = render(Path(args.dir), args.objective)
+            path = render(Path(args.dir), args.rank_by)
         except ReportError as exc:
             print(f"powertrip report: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -6,6 +6,7 @@ never drift apart in a flag's name, default or help."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from powertrip.core.workloads import REGISTRY
 
@@ -117,17 +118,35 @@ def add_ray_gpus_option(parser: argparse.ArgumentParser, who: str) -> None:
     )
 
 
-def add_objective_option(parser: argparse.ArgumentParser) -> None:
-    """compare and report rank a comparison by one objective; the table shows all four."""
-    from powertrip.app.report.objectives import OBJECTIVES
+def add_rank_by_option(parser: argparse.ArgumentParser) -> None:
+    """compare and report rank a comparison by one measure; the table shows all four. Named
+    apart from the run setting `objective` (what each round optimises: --set objective=...);
+    `--objective`, its former name, still works and says so."""
+    from powertrip.app.report.objectives import RANKINGS
 
     parser.add_argument(
-        "--objective",
-        choices=tuple(OBJECTIVES),
+        "--rank-by",
+        choices=tuple(RANKINGS),
         default="time",
         help="rank the comparison by time, energy, egress cost or carbon to the target "
         "(default time; the table shows all four)",
     )
+    parser.add_argument(
+        "--objective", choices=tuple(RANKINGS), dest="rank_by_former", help=argparse.SUPPRESS
+    )
+
+
+def settle_rank_by(args: argparse.Namespace) -> None:
+    """Fold the former `--objective` into `args.rank_by`, with a note that it is now
+    `--rank-by` (the run setting `objective` is another thing)."""
+    former = getattr(args, "rank_by_former", None)
+    if former:
+        print(
+            "powertrip: --objective (the ranking) is now --rank-by; the run setting objective "
+            "(time or carbon) is --set objective=...",
+            file=sys.stderr,
+        )
+        args.rank_by = former
 
 
 def add_time_budget_option(parser: argparse.ArgumentParser) -> None:

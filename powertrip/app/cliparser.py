@@ -10,7 +10,7 @@ import importlib.metadata
 
 from powertrip.app.cliflags import (
     FORMATS,
-    add_objective_option,
+    add_rank_by_option,
     add_ray_gpus_option,
     add_ray_option,
     add_result_format_option,
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop a policy once its simulated time exceeds this multiple of the best "
         "time-to-target so far (default 3; 0 = no cut-off)",
     )
-    add_objective_option(compare)
+    add_rank_by_option(compare)
     add_result_format_option(compare)
     add_ray_option(compare)
 
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")
-    add_objective_option(report)
+    add_rank_by_option(report)
 
     policies = sub.add_parser("policies", help="list the site-selection policies")
     policies.add_argument("--format", choices=FORMATS, default="table", help="table or json")

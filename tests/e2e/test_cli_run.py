@@ -153,7 +153,7 @@ def test_compare_runs_oort_and_ranks_by_energy(tmp_path):
     out = tmp_path / "cmp"
     done = powertrip(
         "compare", "--policies", "oort,all", "--workload", "synthetic", "--sites", "12",
-        "--max-rounds", "3", "--seed", "2", "--objective", "energy", "--out", str(out),
+        "--max-rounds", "3", "--seed", "2", "--rank-by", "energy", "--out", str(out),
         "--quiet",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -331,3 +331,20 @@ def test_report_interrupted_says_so_and_exits_130(tmp_path, capsys, monkeypatch)
 def test_ray_gpus_needs_ray_and_a_count(argv, why, capsys):
     assert main(argv) == 2
     assert why in capsys.readouterr().err
+
+
+def test_the_ranking_is_rank_by_and_the_former_objective_flag_says_so(capsys):
+    """`compare --rank-by` ranks a comparison; the run setting `objective` is another thing,
+    so the flag that shared its name is now an alias that says it was renamed."""
+    from powertrip.app.cliflags import settle_rank_by
+    from powertrip.app.cliparser import build_parser
+
+    args = build_parser().parse_args(["report", "runs/x", "--rank-by", "energy"])
+    settle_rank_by(args)
+    assert args.rank_by == "energy" and capsys.readouterr().err == ""
+    args = build_parser().parse_args(["report", "runs/x", "--objective", "carbon"])
+    settle_rank_by(args)
+    assert args.rank_by == "carbon"
+    assert "--objective (the ranking) is now --rank-by" in capsys.readouterr().err
+    help_text = build_parser()._subparsers._group_actions[0].choices["compare"].format_help()
+    assert "--rank-by" in help_text and "--objective" not in help_text

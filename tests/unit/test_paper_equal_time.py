@@ -71,14 +71,14 @@ def test_time_table_has_the_equal_time_column():
 
 def test_fig9_table_adds_energy_cost_and_carbon_to_target():
     from powertrip.app.paper.render import fmt_footprint
-    from powertrip.app.report.objectives import OBJECTIVES
+    from powertrip.app.report.objectives import RANKINGS
 
     v = _equal_time_variant()
     for seed, run in v.runs["powertrip"].items():
         run.summary.update(energy_to_target_kwh=2.0 + seed, egress_usd_to_target=1.0)
     for run in v.runs["radius"].values():  # missed the target: what it used is a bound
         run.summary.update(energy_kwh=9.0, egress_usd=4.0)
-    energy, cost = OBJECTIVES["energy"], OBJECTIVES["cost"]
+    energy, cost = RANKINGS["energy"], RANKINGS["cost"]
     assert fmt_footprint(v.runs_of("powertrip"), energy).startswith("2.500 ± ")
     assert fmt_footprint(v.runs_of("powertrip"), cost) == "1.00 ± 0.00"
     assert fmt_footprint(v.runs_of("radius"), energy) == "> 9.000"

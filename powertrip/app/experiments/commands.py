@@ -202,7 +202,7 @@ def compare(config: RunConfig, args: argparse.Namespace) -> int:
                         else min(best, outcome.time_to_target_s)
                     )
     runs = [load_run(out / p.dirname, label=p.text if p.params else "") for p in policies]
-    objective = getattr(args, "objective", None) or "time"
+    objective = getattr(args, "rank_by", None) or "time"
     write_comparison(out, runs, objective)
     print()
     print(format_table(runs, objective))

@@ -74,7 +74,7 @@ def time_table(v: VariantData, names: Sequence[str], footprint: bool = False) ->
         if equal_time:
             row.append(fmt_accuracy_at(accuracy_at_powertrip_time(v, name)))
         if footprint:
-            row += [fmt_footprint(v.runs_of(name), O.OBJECTIVES[o]) for o in O.FOOTPRINT]
+            row += [fmt_footprint(v.runs_of(name), O.RANKINGS[o]) for o in O.FOOTPRINT]
         rows.append(row)
     headers = ["policy", "time to target (h)", "seeds reaching target"]
     if equal_time:

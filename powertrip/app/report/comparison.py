@@ -231,7 +231,7 @@ def comparison_table_parts(
             str(row["rounds"]),
             _pct(row["final_accuracy"]),
             _pct(row["best_accuracy"]),
-            *(O.cell(row, O.OBJECTIVES[name]) for name in O.FOOTPRINT if footprint),
+            *(O.cell(row, O.RANKINGS[name]) for name in O.FOOTPRINT if footprint),
         ]
         for row in norm
     ]

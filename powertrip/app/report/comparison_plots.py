@@ -91,7 +91,7 @@ def _comparison_bars(
 ) -> Path:
     """One bar per policy of `objective` to target, ranked by it; a run that missed the
     target is a hatched bar of what it spent. A run without the value has no bar."""
-    obj = O.OBJECTIVES[objective]
+    obj = O.RANKINGS[objective]
     fig = new_figure(8.0, 0.9 + 0.45 * max(len(runs), 2))
     ax = fig.add_subplot()
     rows = comparison_rows(runs, objective)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.report.comparison import comparison_table_parts
-from powertrip.app.report.objectives import OBJECTIVES
+from powertrip.app.report.objectives import RANKINGS
 from powertrip.app.report.result import RunResult
 from powertrip.core.clocks import clock_kind
 
@@ -196,7 +196,7 @@ def _is_number(text: str) -> bool:
 def comparison_table(runs: Sequence[RunResult], objective: str = "time") -> Table:
     """The comparison as an HTML table, same cells and footnotes as format_table()."""
     parts = comparison_table_parts(runs, objective)
-    best = "Fastest" if objective == "time" else f"Least {OBJECTIVES[objective].what}"
+    best = "Fastest" if objective == "time" else f"Least {RANKINGS[objective].what}"
     return Table(
         parts.headers,
         parts.cells,

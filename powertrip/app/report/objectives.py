@@ -17,7 +17,7 @@ from powertrip.app.report.result import RunResult, as_float
 
 @dataclass(frozen=True)
 class Objective:
-    name: str  # what --objective takes
+    name: str  # what --rank-by takes
     to_target: str  # summary key and comparison.csv column: spent until the target
     spent: str  # summary key and comparison.csv column: spent over the whole run
     what: str  # in words, for labels
@@ -30,7 +30,9 @@ class Objective:
         return f"{value * self.scale:.{self.decimals}f}"
 
 
-OBJECTIVES: dict[str, Objective] = {
+#: what a comparison can be ranked by (`compare --rank-by`); not the run setting `objective`
+#: (time or carbon: what each round optimises, powertrip/core/policies/objective.py)
+RANKINGS: dict[str, Objective] = {
     "time": Objective("time", "time_to_target_s", "sim_time_s", "time", "h", 3, 1 / 3600),
     "energy": Objective("energy", "energy_to_target_kwh", "energy_kwh", "energy", "kWh", 3),
     "cost": Objective("cost", "egress_usd_to_target", "egress_usd", "egress cost", "$", 2),
@@ -40,16 +42,16 @@ OBJECTIVES: dict[str, Objective] = {
 FOOTPRINT = ("energy", "cost", "carbon")
 #: the comparison.csv columns they add (to target, then spent over the run)
 FOOTPRINT_COLUMNS: tuple[str, ...] = tuple(
-    key for name in FOOTPRINT for key in (OBJECTIVES[name].to_target, OBJECTIVES[name].spent)
+    key for name in FOOTPRINT for key in (RANKINGS[name].to_target, RANKINGS[name].spent)
 )
 
 
 def get_objective(name: str) -> Objective:
     """The objective by name; ValueError naming the allowed ones."""
     try:
-        return OBJECTIVES[name]
+        return RANKINGS[name]
     except KeyError:
-        raise ValueError(f"--objective: {name!r} is not one of {', '.join(OBJECTIVES)}") from None
+        raise ValueError(f"--rank-by: {name!r} is not one of {', '.join(RANKINGS)}") from None
 
 
 def footprint_values(run: RunResult) -> dict[str, float | None]:
