@@ -14,6 +14,14 @@ def test_the_readme_says_what_results_renders():
     assert "static:k=3" in D.demo_table() and "adaptive" in D.demo_table()
 
 
+def test_the_cli_page_lists_every_registered_policy():
+    from powertrip.core.policies import REGISTRY
+
+    text = D.CLI_DOC.read_text()
+    assert D.render(text, D.pages()[D.CLI_DOC]) == text, "docs/cli.md is stale: run `make docs`"
+    assert all(f"* `{name}`:" in text for name in REGISTRY)
+
+
 def test_a_block_is_replaced_between_its_markers_and_a_missing_one_is_an_error():
     text = "a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb\n"
     assert D.render(text, {"x": "new\n"}) == "a\n<!-- x:begin -->\nnew\n<!-- x:end -->\nb\n"

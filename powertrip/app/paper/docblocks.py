@@ -1,7 +1,8 @@
-"""The README's numbers, rendered from results/ rather than typed: the demo table (from
-results/demo/comparison.csv, what `make demo` wrote) and the headline claims (the held-out
-rows of results/claims.md), each between marker lines. `make docs` rewrites them; a test
-(tests/unit/test_docblocks.py) fails when the README says something else.
+"""The docs' numbers and lists, rendered rather than typed: the README's demo table (from
+results/demo/comparison.csv, what `make demo` wrote) and headline claims (the held-out rows
+of results/claims.md), and docs/cli.md's list of policies (from the policy registry), each
+between marker lines. `make docs` rewrites them; a test (tests/unit/test_docblocks.py) fails
+when a page says something else.
 
     python -m powertrip.app.paper.docblocks [--check]
 """
@@ -18,6 +19,7 @@ from powertrip.app.report import format_table
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
+CLI_DOC = ROOT / "docs" / "cli.md"
 DEMO = ROOT / "results" / "demo" / "comparison.csv"
 CLAIMS = ROOT / "results" / "claims.md"
 
@@ -38,6 +40,18 @@ def blocks(demo: Path = DEMO, claims: Path = CLAIMS) -> dict[str, str]:
     }
 
 
+def policy_list() -> str:
+    """docs/cli.md's list of policies: every registered one with its one-line summary."""
+    from powertrip.core.policies import catalogue
+
+    return "".join(f"* `{p['name']}`: {p['summary']}\n" for p in catalogue())
+
+
+def pages() -> dict[Path, dict[str, str]]:
+    """Each page with rendered blocks -> its blocks."""
+    return {README: blocks(), CLI_DOC: {"policies": policy_list()}}
+
+
 def render(text: str, contents: dict[str, str]) -> str:
     """`text` with each marked block replaced; a marker pair that is missing is an error."""
     for name, body in contents.items():
@@ -52,17 +66,23 @@ def render(text: str, contents: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page differs")
     args = parser.parse_args(argv)
-    old = README.read_text()
-    new = render(old, blocks())
-    if args.check:
+    stale = []
+    for page, contents in pages().items():
+        old = page.read_text()
+        new = render(old, contents)
         if new != old:
-            print("README.md's rendered blocks are stale: run `make docs`", file=sys.stderr)
+            stale.append(page)
+            if not args.check:
+                page.write_text(new)
+    name = ", ".join(str(p.relative_to(ROOT)) for p in stale) or "nothing"
+    if args.check:
+        if stale:
+            print(f"{name}: rendered blocks are stale: run `make docs`", file=sys.stderr)
             return 1
         return 0
-    README.write_text(new)
-    print("README.md: demo table and headline claims rendered from results/")
+    print(f"docs rendered from results/ and the policy registry: {name} changed")
     return 0
 
 
