@@ -273,6 +273,8 @@ class Policy(ABC):
     #: and every choice the paper leaves open that the policy makes
     details: ClassVar[str] = ""
     default_params: ClassVar[dict[str, float]] = {}
+    #: whether it trains one site on pooled data (centralized.py) rather than a federation
+    centralized: ClassVar[bool] = False
 
     def __init__(self, overrides: Mapping[str, float] | None = None):
         self.overrides = dict(overrides or {})
@@ -282,17 +284,20 @@ class Policy(ABC):
         carbon-aware ones: any); a shadow that does not apply is left out."""
         return True
 
-    def params(self, ctx: Context) -> dict[str, float]:
-        """Defaults < constructor overrides < request params; unknown names are an error."""
+    def check_params(self, given: Mapping[str, float]) -> dict[str, float]:
+        """Defaults < constructor overrides < `given`, each checked: an unknown name or a
+        value out of its range is a PolicyError naming the policy, the parameter and what is
+        allowed. Needs no sites, so a caller can check before any exist (the Flower
+        strategy at construction)."""
         merged = {**self.default_params, **self.overrides}
-        unknown = sorted(set(ctx.params) - set(self.default_params))
+        unknown = sorted(set(given) - set(self.default_params))
         if unknown:
             allowed = ", ".join(sorted(self.default_params)) or "none"
             raise PolicyError(
                 f"policy {self.name!r}: unknown parameter(s) {', '.join(unknown)}; "
                 f"allowed: {allowed}"
             )
-        merged.update(ctx.params)
+        merged.update(given)
         for key, value in merged.items():
             value = float(value)
             check, allowed = PARAM_RULES.get(key, (lambda v: True, ""))
@@ -301,6 +306,11 @@ class Policy(ABC):
                     f"policy {self.name!r}: {key} must be {allowed or 'finite'}, got {value:g}"
                 )
             merged[key] = value
+        return merged
+
+    def params(self, ctx: Context) -> dict[str, float]:
+        """The request's parameters checked (`check_params`), and the context fit to decide."""
+        merged = self.check_params(ctx.params)
         if not ctx.table.alive.any():
             raise PolicyError(
                 f"no alive site to select from ({len(ctx.table)} site(s), all dead or at "

@@ -21,6 +21,7 @@ from powertrip.core.policies.scoring import power_ranking, rank_asc
 
 
 class Centralized(Policy):
+    centralized = True
     name = "centralized"
     summary = "one co-located site on pooled data, power capped at power_cap (paper baseline)"
     details = (
