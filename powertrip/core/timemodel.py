@@ -210,6 +210,23 @@ def estimate_round_time_clock(
     return float(np.max(tau_s / powers_topk + comm_topk))
 
 
+def site_times_s(
+    tau_s: float, powers: np.ndarray, comm_s: np.ndarray, work_model: str = "local-steps"
+) -> np.ndarray:
+    """Each selected site's own time in a round on the clock, compute plus its own
+    communication; the round's charge is their maximum (the straggler's). Compute is tau / p_i
+    under local-steps; under data-parallel and power-split every site computes
+    DP_REFERENCE_SITES tau / sum(p) (Eq. 7 with exact shares). The maximum is what
+    prefix_round_time_estimates(..., "clock", work_model) ends on."""
+    if work_model not in WORK_MODELS:
+        raise ValueError(f"work_model must be one of {', '.join(WORK_MODELS)}; got {work_model!r}")
+    powers = np.asarray(powers, dtype=np.float64)
+    comm_s = np.asarray(comm_s, dtype=np.float64)
+    if work_model == "local-steps":
+        return tau_s / powers + comm_s
+    return DP_REFERENCE_SITES * tau_s / float(np.sum(powers)) + comm_s
+
+
 def prefix_round_time_estimates(
     tau_s: float,
     powers_ranked: np.ndarray,

@@ -139,3 +139,19 @@ def test_comm_parts_array_is_the_scalar_function_per_site():
     assert latency[0] >= 0
     prop, trans = tm.comm_parts_array_s(latency, 1e8, 1e9)
     assert prop.shape == trans.shape == (50,) and np.all(trans == 10.0)
+
+
+@pytest.mark.parametrize("work_model", ["local-steps", "data-parallel", "power-split"])
+def test_site_times_end_where_the_clocks_estimate_ends(work_model):
+    """The per-site times the Flower strategy charges (their maximum) are the clock
+    estimator's T(k) for the whole set, under each work model."""
+    from powertrip.core.timemodel import prefix_round_time_estimates, site_times_s
+
+    powers = np.array([1.0, 0.4, 0.7, 0.25])
+    comm = np.array([3.0, 12.0, 0.5, 40.0])
+    times = site_times_s(60.0, powers, comm, work_model)
+    assert times.shape == (4,)
+    clock = prefix_round_time_estimates(60.0, powers, comm, "clock", work_model)[-1]
+    assert times.max() == pytest.approx(clock, rel=1e-12)
+    with pytest.raises(ValueError, match="work_model must be one of"):
+        site_times_s(60.0, powers, comm, "free-lunch")
