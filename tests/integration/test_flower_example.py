@@ -98,7 +98,8 @@ def test_the_readme_commands_run_as_written(tmp_path):
     assert decided[0]["k"] == 2  # policy-params '{"k0": 2}' reached the policy
     for d in decided:
         line = (f"configure_train: PowerTrip powertrip chose k={d['k']} of 10 nodes, "
-                f"predicted round time {d['predicted_round_time_s']:.1f} s: ")  # fmt: skip
+                f"predicted round time {d['predicted_round_time_s']:.1f} s (the policy's "
+                f"paper estimate {d['policy_estimate_s']:.1f} s), outer step ")  # fmt: skip
         assert line in log
     assert "Traceback" not in log, log[-4000:]
 

@@ -18,6 +18,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ pytest.importorskip("flwr", reason="Flower is not installed: pip install -e '.[f
 from flwr.app import MetricRecord  # noqa: E402
 
 from powertrip.app.flower import PowerTripStrategy, SiteProfile, read_decisions  # noqa: E402
+from powertrip.core.timemodel import prefix_round_time_estimates  # noqa: E402
 from tests.unit.flower_grid import (  # noqa: E402
     FlowerLog,
     StubGrid,
@@ -38,6 +40,7 @@ from tests.unit.flower_grid import (  # noqa: E402
 )
 
 REPO = Path(__file__).resolve().parents[2]
+TAU = 60.0  # the strategies' tau_s below
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +60,7 @@ def flower_log():
 
 
 def strategy(policy: str = "powertrip", params: dict | None = None, **options):
-    made = PowerTripStrategy(policy, params, tau_s=60.0, fraction_evaluate=0.0, **options)
+    made = PowerTripStrategy(policy, params, tau_s=TAU, fraction_evaluate=0.0, **options)
     made.node_poll_s = 0.005
     return made
 
@@ -100,8 +103,15 @@ def test_fraction_train_caps_k_and_min_train_nodes_raises_it():
     first = run.rounds[0]
     assert len(first.site_ids) == 5 and "raised to 5 by min_train_nodes=5" in first.reason
     ctx = run.context(first.profiles, 1, model_bytes=60.0)  # tiny_arrays: 15 float32
-    estimate = ctx.round_time_estimates(ctx.table.rows_of(first.site_ids))[-1]
-    assert first.predicted_round_time_s == pytest.approx(estimate)  # T-hat of the 5
+    rows = ctx.table.rows_of(first.site_ids)
+    # predicted = charged: the library's time model of the 5 (the simulated clock's charge)
+    charge = prefix_round_time_estimates(
+        TAU, ctx.table.power[rows], ctx.table.comm_s[rows], "clock", "local-steps"
+    )[-1]
+    assert first.predicted_round_time_s == pytest.approx(charge, rel=1e-12)
+    assert first.round_time_s == pytest.approx(first.predicted_round_time_s, rel=1e-12)
+    # the policy's own estimate (its estimator's T-hat) is kept beside it
+    assert first.policy_estimate_s == pytest.approx(run.decide(ctx).predicted_round_time_s)
     # min_train_nodes wins over fraction_train, as in FedAvg
     grid = StubGrid(client_app(), nodes(n))
     run = strategy("all", fraction_train=0.1, min_train_nodes=4, min_available_nodes=n)
@@ -195,7 +205,8 @@ def test_the_info_line_and_decisions_jsonl_and_no_overwrite(tmp_path, flower_log
     run.start(grid, tiny_arrays(), num_rounds=3, evaluate_fn=accuracy)
     line = re.compile(
         r"configure_train: PowerTrip powertrip chose k=(\d+) of 5 nodes, predicted round "
-        r"time [\d.]+ s: \S.*"
+        r"time [\d.]+ s \(the policy's paper estimate [\d.]+ s\), outer step fedavg \(the "
+        r"average as is\): \S.*"
     )
     said = [m for m in map(line.fullmatch, flower_log.lines(logging.INFO)) if m]
     assert [int(m.group(1)) for m in said] == [len(r.site_ids) for r in run.rounds]
@@ -205,6 +216,11 @@ def test_the_info_line_and_decisions_jsonl_and_no_overwrite(tmp_path, flower_log
     assert all(d["reason"] and d["k"] == len(d["site_ids"]) for d in decided)
     assert decided[2]["history"][1]["site_ids"] == decided[1]["site_ids"]
     assert (out / "rounds.csv").read_text().count("\n") == 4
+    assert all(d["outer_step"] == {"optimizer": "fedavg", "lr": 0.7, "momentum": 0.9}
+               for d in decided)  # fmt: skip
+    header, first_row = (out / "rounds.csv").read_text().splitlines()[:2]
+    assert header.endswith("outer_optimizer,outer_lr,outer_momentum")
+    assert first_row.endswith(",fedavg,0.7,0.9")
     json.loads((out / "decisions.jsonl").read_text().splitlines()[0])  # strict JSON
     # a second run into the same directory is refused before round 1, files untouched
     before = (out / "decisions.jsonl").read_text()
@@ -230,9 +246,16 @@ def test_site_ids_default_per_node_and_profiles_come_from_node_config():
     grid = StubGrid(client_app(bare), nodes(4))
     run = strategy("all", min_available_nodes=4)
     run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
-    assert sorted(p.site_id for p in run.rounds[0].profiles) == [
-        f"node-{n}" for n in sorted(grid.node_ids)
-    ]
+    # a simulation's nodes are named by their partition, the same in every run
+    assert sorted(p.site_id for p in run.rounds[0].profiles) == [f"site-{i:03d}" for i in range(4)]
+    from powertrip.app.flower.profiles import node_site_id
+
+    bare_node = SimpleNamespace(node_id=4242, node_config={})  # deployed, no site-id given
+    assert node_site_id(bare_node) == "node-4242"
+    named = SimpleNamespace(node_id=1, node_config={"site-id": "lyon", "partition-id": 3})
+    assert node_site_id(named) == "lyon"
+    wide = SimpleNamespace(node_id=1, node_config={"partition-id": 7, "num-partitions": 1000})
+    assert node_site_id(wide) == "site-007"
     config = {"site-id": "lyon", "power-fraction": 0.4, "latency-s": 0.007,
               "bandwidth-bytes-per-s": 1.5e8, "alive": "false"}  # fmt: skip
     profile = SiteProfile.from_node_config(config)
@@ -277,3 +300,35 @@ def test_a_bad_outer_setting_is_refused_by_name():
         strategy(outer_optimizer="adam")
     with pytest.raises(ValueError, match=r"outer_momentum: must be in \[0, 1\)"):
         strategy(outer_optimizer="nesterov", outer_momentum=1.0)
+
+
+RAY_TRACEBACK = (  # what a ClientApp's exception looks like through Ray's actor, 1.5-2 kB
+    "\nException ClientAppException occurred. Message: Traceback (most recent call last):\n"
+    + '  File "/site-packages/flwr/simulation/ray_transport/ray_actor.py", line 63, in run\n'
+    + "    out_message = app(message=message, context=context)\n" * 20
+    + '  File "app.py", line 12, in profile\n'
+    + "RuntimeError: power meter unreachable\n"
+)
+
+
+def test_a_node_that_fails_is_one_warning_line_and_its_traceback_goes_to_debug(
+    tmp_path, flower_log
+):
+    def flaky(context):
+        if int(context.node_config["partition-id"]) in (1, 2):
+            raise RuntimeError(RAY_TRACEBACK)
+        return profile_from_index(context)
+
+    grid = StubGrid(client_app(flaky), nodes(6))
+    run = strategy("powertrip", min_available_nodes=6, out_dir=tmp_path / "run")
+    run.start(grid, tiny_arrays(), num_rounds=4, evaluate_fn=accuracy)
+    warned = [line for line in flower_log.lines(logging.WARNING) if "sits out" in line]
+    assert len(warned) == 8  # two nodes, four rounds
+    assert all("\n" not in w and len(w) < 200 for w in warned)
+    assert warned[0].endswith("no profile: RuntimeError: power meter unreachable")
+    debug = [r.getMessage() for r in flower_log.records if r.levelno == logging.DEBUG]
+    assert any("ray_actor.py" in line for line in debug)  # the whole answer, at DEBUG
+    decided = read_decisions(tmp_path / "run" / "decisions.jsonl")
+    assert all(len(why) < 200 for d in decided for why in d["dropped"].values())
+    info_lines = sum(m.count("\n") + 1 for m in flower_log.lines(logging.INFO))
+    assert info_lines < 100, info_lines

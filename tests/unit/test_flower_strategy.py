@@ -165,12 +165,26 @@ def test_a_profile_crosses_as_a_config_record_and_a_bad_one_is_refused():
         SiteProfile.from_record(record)
 
 
-def test_centralized_and_unknown_policies_are_refused_by_name():
-    ctx = PowerTripStrategy("centralized").context(_profiles(), 1, 1.0)
-    with pytest.raises(ValueError, match="pooled data"):
-        PowerTripStrategy("centralized").decide(ctx)
+def test_centralized_and_unknown_policies_are_refused_by_name_at_construction():
+    """Before any node connects (they used to surface in round 1, after the wait)."""
+    for name in ("centralized", "centralized-25", "centralized-green"):
+        with pytest.raises(ValueError, match="pooled data.*federated policy: powertrip, adaptive"):
+            PowerTripStrategy(name)
     with pytest.raises(PolicyError, match="powertrip"):
         PowerTripStrategy("no-such-policy")
+
+
+def test_a_mistyped_or_out_of_range_parameter_is_refused_at_construction():
+    """With the words `powertrip run` and the policy service use."""
+    with pytest.raises(
+        PolicyError,
+        match=r"policy 'powertrip': unknown parameter\(s\) k_0; "
+        r"allowed: below_share, k0, m_ref_gb",
+    ):
+        PowerTripStrategy("powertrip", {"k_0": 4})
+    with pytest.raises(PolicyError, match="policy 'static': k must be a whole number"):
+        PowerTripStrategy("static", {"k": 2.5})
+    PowerTripStrategy("static", {"k": 3})  # a valid one is taken
     with pytest.raises(ValueError, match="clock 'sundial' is not one of simulated, wall"):
         PowerTripStrategy(clock="sundial")
 

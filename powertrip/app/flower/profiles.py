@@ -11,8 +11,8 @@ On the ClientApp side, one of:
     serve_profile(app, lambda context: measure_profile("aggregator.example.org:443"))
 
 A profile that leaves `site_id` empty is named after the node (`node_config["site-id"]`, else
-`node-<Flower node id>`), so every node of a simulation, which all run one ClientApp, is a
-site of its own.
+in a simulation its partition, `site-003`, else `node-<Flower node id>`), so every node of a
+simulation, which all run one ClientApp, is a site of its own, under the same name each run.
 """
 
 from __future__ import annotations
@@ -168,9 +168,17 @@ def _flag(value: object) -> bool:
 
 
 def node_site_id(context: Context) -> str:
-    """The site id of a node that gives none: its node_config's `site-id`, else its Flower
-    node id, which is unique among the nodes of a run."""
-    return str(context.node_config.get("site-id") or f"node-{context.node_id}")
+    """The site id of a node that gives none, stable from run to run where it can be: its
+    node_config's `site-id`; else, in a simulation, its `partition-id` (`site-007` of 100,
+    zero-padded to sort); else its Flower node id (unique in the run, new in the next: give
+    deployed nodes a `site-id`)."""
+    config = context.node_config
+    if config.get("site-id"):
+        return str(config["site-id"])
+    if "partition-id" in config:
+        width = len(str(max(int(config.get("num-partitions", 0)) - 1, 0)))
+        return f"site-{int(config['partition-id']):0{max(width, 3)}d}"
+    return f"node-{context.node_id}"
 
 
 def profile_reply(message: Message, profile: SiteProfile) -> Message:

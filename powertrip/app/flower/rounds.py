@@ -40,6 +40,11 @@ class RoundLog:
     dropped: dict[int, str] = field(default_factory=dict)
     #: each chosen site's own time on the time model, in rank order (`site_times_s`)
     site_time_s: list[float] = field(default_factory=list)
+    #: the policy's own estimate of the round time (its estimator's; predicted_round_time_s
+    #: is the time model's charge of the chosen sites)
+    policy_estimate_s: float = math.nan
+    #: the outer step applied after the average: optimizer, lr, momentum
+    outer_step: dict = field(default_factory=dict)
     # what each site that delivered reported (the services' RoundRecord; Oort reads them)
     reported_site_ids: list[str] = field(default_factory=list)
     site_train_loss: list[float] = field(default_factory=list)
@@ -112,17 +117,21 @@ class RunOutput:
 
 def write_rounds_csv(rounds: list[RoundLog], path: str | Path) -> Path:
     """rounds.csv in the services' column names (round, k, sites, round_time_s,
-    sim_time_s, accuracy, predicted_round_time_s, delivered): a time-to-accuracy curve."""
+    sim_time_s, accuracy, predicted_round_time_s, delivered) and the outer step's: a
+    time-to-accuracy curve."""
     path = Path(path)
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["round", "k", "sites", "round_time_s", "sim_time_s", "accuracy",
-                         "predicted_round_time_s", "delivered"])  # fmt: skip
+                         "predicted_round_time_s", "delivered", "outer_optimizer",
+                         "outer_lr", "outer_momentum"])  # fmt: skip
         for r in rounds:
+            outer = r.outer_step or {}
             writer.writerow([r.round, len(r.site_ids), ";".join(r.site_ids),
                              f"{r.round_time_s:.6f}", f"{r.sim_time_s:.6f}",
                              f"{r.accuracy:.6f}", f"{r.predicted_round_time_s:.6f}",
-                             r.delivered])  # fmt: skip
+                             r.delivered, outer.get("optimizer", ""), outer.get("lr", ""),
+                             outer.get("momentum", "")])  # fmt: skip
     return path
 
 

@@ -30,9 +30,10 @@ sites (a profile's `alive` says it), and evaluation is whatever the ServerApp gi
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +46,10 @@ from powertrip.app.flower.outerstep import outer_arrays
 from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile, carbon_column
 from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
 from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
-from powertrip.core.policies import CENTRALIZED, Context, Decision, SiteTable
+from powertrip.core.policies import REGISTRY, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
 from powertrip.core.policies.base import ESTIMATORS, param_number
-from powertrip.core.timemodel import WORK_MODELS
+from powertrip.core.timemodel import WORK_MODELS, site_times_s
 
 CLOCKS = ("simulated", "wall")
 #: the strategy's defaults that are meant to differ from the services' (RunConfig's), and why;
@@ -132,7 +133,14 @@ class PowerTripStrategy(FedAvg):
         )  # fmt: skip
         self.policy = _get_policy(policy)  # an unknown name fails here, listing the valid ones
         self.policy_name = policy
+        if self.policy.centralized:
+            federated = ", ".join(n for n, cls in REGISTRY.items() if not cls.centralized)
+            raise ValueError(
+                f"policy {policy!r} trains one site on pooled data (centralized): a Flower "
+                f"federation has no pooled data; choose a federated policy: {federated}"
+            )
         self.params = {k: param_number(k, v) for k, v in (policy_params or {}).items()}
+        self.policy.check_params(self.params)  # as `powertrip run` does, before any node
         if not (math.isfinite(tau_s) and tau_s > 0):
             raise ValueError(f"tau_s must be > 0, got {tau_s}")
         if comm_directions not in (1, 2):
@@ -170,9 +178,9 @@ class PowerTripStrategy(FedAvg):
 
     def summary(self) -> None:
         super().summary()
-        log(INFO, "\t└──> PowerTrip: policy %s%s, clock %s, tau %.3g s, accuracy from "
-            "MetricRecord key '%s', output %s", self.policy_name,
-            f" {self.params}" if self.params else "", self.clock, self.tau_s,
+        log(INFO, "\t└──> PowerTrip: policy %s%s, clock %s, tau %.3g s, outer step %s, "
+            "accuracy from MetricRecord key '%s', output %s", self.policy_name,
+            f" {self.params}" if self.params else "", self.clock, self.tau_s, self.outer_text,
             self.accuracy_key, self.output.directory if self.output else "none")  # fmt: skip
 
     # ---- the nodes and their profiles ------------------------------------------------
@@ -251,14 +259,9 @@ class PowerTripStrategy(FedAvg):
         )
 
     def decide(self, ctx: Context) -> Decision:
-        """The policy's own choice, unbounded (what the policy service would answer)."""
-        decision = self.policy.select(ctx)
-        if decision.mode == CENTRALIZED:
-            raise ValueError(
-                f"policy {self.policy_name!r} trains one site on pooled data (centralized): "
-                "a Flower federation has no pooled data; choose a federated policy"
-            )
-        return decision
+        """The policy's own choice, unbounded (what the policy service would answer; a
+        centralized policy was refused at construction)."""
+        return self.policy.select(ctx)
 
     def bound(self, ctx: Context, order: np.ndarray) -> tuple[np.ndarray, str]:
         """The policy's ranked sites with k within FedAvg's bounds, and what was changed:
@@ -287,7 +290,10 @@ class PowerTripStrategy(FedAvg):
         self._finish_rounds_before(server_round)
         by_node, dropped = self.profiles(grid, self.wait_for_nodes(grid))
         for node, why in sorted(dropped.items()):
-            log(WARNING, "PowerTrip: node %d sits out round %d: %s", node, server_round, why)
+            log(WARNING, "PowerTrip: node %d sits out round %d: %s", node, server_round,
+                one_line(why))  # fmt: skip
+            log(DEBUG, "PowerTrip: node %d's whole answer in round %d: %s", node,
+                server_round, why)  # fmt: skip
         if not by_node:
             log(WARNING, "PowerTrip: no node gave a usable profile; no training in round %d",
                 server_round)  # fmt: skip
@@ -301,22 +307,24 @@ class PowerTripStrategy(FedAvg):
         if len(order) == 0:
             log(WARNING, "PowerTrip: no alive site to train in round %d", server_round)
             return []
-        predicted = decision.predicted_round_time_s
-        if bounded:
-            predicted = float(ctx.round_time_estimates(order)[-1])
+        site_time_s = self.site_times_s(ctx, order)
+        predicted = max(site_time_s)  # the time model's charge (the simulated clock's)
         why = decision.explanation  # the policy's own reason for its k, else its rule
         reason = "; ".join(
             r for r in (str(why.get("reason") or why.get("rule") or ""), bounded) if r
         )
         chosen = [nodes[i] for i in order.tolist()]
+        estimate = decision.predicted_round_time_s  # the policy's own, by its estimator
         self.rounds.append(RoundLog(
             round=server_round, site_ids=[by_node[n].site_id for n in chosen], node_ids=chosen,
             predicted_round_time_s=predicted, explanation=decision.explanation, reason=reason,
-            profiles=profiles, dropped=dropped, site_time_s=self.site_times_s(ctx, order),
+            profiles=profiles, dropped={n: one_line(w) for n, w in dropped.items()},
+            site_time_s=site_time_s, policy_estimate_s=estimate, outer_step=self.outer.to_json(),
         ))  # fmt: skip
         log(INFO, "configure_train: PowerTrip %s chose k=%d of %d nodes, predicted round "
-            "time %.1f s: %s", self.policy_name, len(chosen), len(nodes), predicted,
-            reason or "(no reason given)")  # fmt: skip
+            "time %.1f s (the policy's %s estimate %.1f s), outer step %s: %s",
+            self.policy_name, len(chosen), len(nodes), predicted, self.estimator, estimate,
+            self.outer_text, reason or "(no reason given)")  # fmt: skip
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         self._round_started = time.monotonic()
@@ -325,11 +333,18 @@ class PowerTripStrategy(FedAvg):
 
     # ---- what came of it -------------------------------------------------------------
     def site_times_s(self, ctx: Context, order: np.ndarray) -> list[float]:
-        """Each chosen site's own time on the time model (local-steps: tau / p_i +
-        T_comm,i, Eq. 3), in rank order; the round's charge is their maximum, the
+        """Each chosen site's own time on the library's time model (`timemodel.site_times_s`,
+        the run's work_model), in rank order; the round's charge is their maximum, the
         straggler's, as the services' simulated clock charges a round (no aggregation)."""
         t, order = ctx.table, np.asarray(order, dtype=np.int64)
-        return (self.tau_s / t.power[order] + t.comm_s[order]).tolist()
+        return site_times_s(self.tau_s, t.power[order], t.comm_s[order], self.work_model).tolist()
+
+    @property
+    def outer_text(self) -> str:
+        step = self.outer
+        if step.optimizer == "fedavg":
+            return "fedavg (the average as is)"
+        return f"{step.optimizer} (lr {step.lr:g}, momentum {step.momentum:g})"
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -449,6 +464,23 @@ class PowerTripStrategy(FedAvg):
     def write_rounds(self, path: str | Path) -> Path:
         """rounds.csv at `path` (out_dir writes it too): a time-to-accuracy curve."""
         return write_rounds_csv(self.rounds, path)
+
+
+#: the last line of a Python traceback: `ValueError: message`
+ERROR_LINE = re.compile(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b")
+
+
+def one_line(why: str, limit: int = 240) -> str:
+    """A node's error as one line: a reason that carries a traceback (Ray's does, 1.5-2 kB)
+    is cut to its last `Type: message` line, after what the strategy said of it."""
+    lines = [line.strip() for line in str(why).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        text = lines[0] if lines else ""
+    else:
+        head = lines[0].split(":", 1)[0]
+        errors = [line for line in lines if ERROR_LINE.match(line)]
+        text = f"{head}: {(errors or lines)[-1].rstrip(chr(39) + '>')}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_sampling(fraction_train: float, min_train_nodes: int, min_available_nodes: int):
