@@ -65,3 +65,20 @@ def test_a_flower_simulation_chooses_what_the_policy_service_chooses(
     assert all(int(r["delivered"]) == int(r["k"]) for r in rows)
     if policy == "oort":  # it reads the sites' reported losses: the history carries them
         assert all(len(d["history"][-1]["site_train_loss"]) == 4 for d in decisions[1:])
+
+
+def test_a_three_second_profile_timeout_does_not_lose_round_one_to_rays_cold_start(tmp_path):
+    """With 3 s for the profile query, Ray's workers starting used to miss it on every node
+    and round 1 trained nothing; the first query now waits (startup_timeout_s) until
+    min_available_nodes have answered, so round 1 trains among all of them."""
+    out = tmp_path / "out" / "cold"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples/flower/simulate.py"), "--nodes", "6",
+         "--rounds", "2", "--local-steps", "2", "--profile-timeout-s", "3", "--out", str(out)],
+        capture_output=True, text=True, timeout=800, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    decisions = read_decisions(out / "decisions.jsonl")
+    assert [d["round"] for d in decisions] == [1, 2]
+    assert len(decisions[0]["profiles"]) == 6 and decisions[0]["site_ids"]
+    assert all(not d["reason"].startswith("no training") for d in decisions)

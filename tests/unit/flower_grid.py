@@ -24,6 +24,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from powertrip.app.flower import SiteProfile, serve_profile
+from powertrip.app.flower.profiles import PROFILE_QUERY
 
 #: Flower's error code for a ClientApp that raised (flwr.common.constant.ErrorCode)
 CLIENT_APP_RAISED_EXCEPTION = 2
@@ -43,13 +44,15 @@ def as_server_app() -> Callable[[], None]:
 
 class StubGrid(Grid):
     """Flower's Grid interface over `len(node_configs)` in-process nodes; node i connects
-    `online_after_s[i]` seconds after the grid is made."""
+    `online_after_s[i]` seconds after the grid is made, and answers a profile query
+    `profile_delay_s[i]` seconds after it was sent (a cold start, a slow node)."""
 
     def __init__(
         self,
         app: ClientApp,
         node_configs: Sequence[dict],
         online_after_s: Sequence[float] | None = None,
+        profile_delay_s: Sequence[float] | None = None,
     ) -> None:
         self.app = app
         self.node_ids = [101 + 7 * i for i in range(len(node_configs))]
@@ -60,6 +63,10 @@ class StubGrid(Grid):
             for node, config in zip(self.node_ids, node_configs, strict=True)
         }
         self.online_after_s = list(online_after_s or [0.0] * len(node_configs))
+        self.profile_delay_s = dict(
+            zip(self.node_ids, profile_delay_s or [0.0] * len(node_configs), strict=True)
+        )
+        self._ready_at: dict[str, float] = {}
         self.born = time.monotonic()
         self.sent: list[Message] = []
         self._run = None
@@ -94,11 +101,16 @@ class StubGrid(Grid):
         for i, message in enumerate(messages):
             key = f"{len(self.sent)}-{i}"
             self._replies[key] = self._deliver(message)
+            if message.metadata.message_type == PROFILE_QUERY:
+                delay = self.profile_delay_s[message.metadata.dst_node_id]
+                self._ready_at[key] = time.monotonic() + delay
             ids.append(key)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+        now = time.monotonic()
+        ready = [i for i in message_ids if i in self._replies and self._ready_at.get(i, 0) <= now]
+        return [self._replies.pop(i) for i in ready]
 
     def send_and_receive(self, messages, *, timeout=None) -> Iterable[Message]:
         return list(self.pull_messages(self.push_messages(messages)))

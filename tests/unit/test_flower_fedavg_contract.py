@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -332,3 +333,39 @@ def test_a_node_that_fails_is_one_warning_line_and_its_traceback_goes_to_debug(
     assert all(len(why) < 200 for d in decided for why in d["dropped"].values())
     info_lines = sum(m.count("\n") + 1 for m in flower_log.lines(logging.INFO))
     assert info_lines < 100, info_lines
+
+
+def test_a_cold_start_does_not_lose_round_one(tmp_path):
+    """Nodes that take 0.3 s to answer their first profile query (Ray's workers starting)
+    against a 0.1 s profile timeout: round 1 asks again until min_available_nodes have
+    answered, and trains among all of them; decisions.jsonl has every round."""
+    n = 4
+    grid = StubGrid(client_app(), nodes(n), profile_delay_s=[0.3] * n)
+    run = strategy("powertrip", min_available_nodes=n, profile_timeout_s=0.1,
+                   startup_timeout_s=10.0, out_dir=tmp_path / "run")  # fmt: skip
+    run.start(grid, tiny_arrays(), num_rounds=2, evaluate_fn=accuracy)
+    assert [r.round for r in run.rounds] == [1, 2]
+    assert len(run.rounds[0].profiles) == n and run.rounds[0].site_ids
+    decided = read_decisions(tmp_path / "run" / "decisions.jsonl")
+    assert [d["round"] for d in decided] == [1, 2]
+
+
+def test_a_slow_node_trains_on_its_last_profile_and_is_not_waited_for_again():
+    """Node 3 answers in time in round 1, then takes longer than the timeout: from round 2
+    its round-1 profile stands in (at most profile_max_age_rounds old) and the strategy no
+    longer waits the full timeout for it while the others have answered; past that age it
+    sits out."""
+    n = 4
+    grid = StubGrid(client_app(), nodes(n))
+    run = strategy("all", min_available_nodes=n, profile_timeout_s=0.5, profile_max_age_rounds=1)
+    run.start(grid, tiny_arrays(), num_rounds=1, evaluate_fn=accuracy)
+    slow = grid.node_ids[3]
+    grid.profile_delay_s[slow] = 5.0
+    started = time.monotonic()
+    found, dropped = run.profiles(grid, grid.node_ids, server_round=2)
+    assert slow in found and not dropped  # the round-1 profile stands in
+    assert time.monotonic() - started < 1.0  # waited its 0.5 s once, at most
+    started = time.monotonic()
+    found, dropped = run.profiles(grid, grid.node_ids, server_round=3)
+    assert time.monotonic() - started < 0.3  # not waited for: it missed the last deadline
+    assert slow not in found and dropped[slow] == "no profile within 0.5 s"  # 2 rounds old

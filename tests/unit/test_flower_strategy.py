@@ -11,6 +11,7 @@ tests/integration/test_flower_simulation.py."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -202,27 +203,48 @@ def test_the_simulated_clock_charges_the_straggler_of_the_time_model():
     assert math.isclose(charged, expected, rel_tol=1e-12)
 
 
-def test_a_round_with_no_profiles_trains_nothing_and_aggregates_nothing(server_identity):
+def test_a_round_with_no_profiles_is_recorded_with_its_reason_and_is_no_policy_round(
+    server_identity,
+):
     """The nodes are connected but none answers the profile query in time (a loaded
-    machine): configure_train sends no message, and Flower's aggregate_train for that round
-    must not fail on the missing round log (it did: IndexError), nor log a round."""
+    machine): after the start-up wait configure_train sends no message, Flower's
+    aggregate_train for that round must not fail, and the round is recorded (k 0, its
+    reason) without counting as a round of the policy's."""
 
     class SilentNodes:
+        asked = 0
+
         def get_node_ids(self):
             return [1, 2]
 
-        def send_and_receive(self, messages, timeout=None):
+        def push_messages(self, messages):
+            SilentNodes.asked += 1
+            return [f"{SilentNodes.asked}-{i}" for i, _ in enumerate(messages)]
+
+        def pull_messages(self, message_ids):
             return []
 
-    strategy = PowerTripStrategy("powertrip", tau_s=TAU_S, update_size_bytes=M)
+    strategy = PowerTripStrategy(
+        "powertrip", tau_s=TAU_S, update_size_bytes=M, profile_timeout_s=0.02,
+        startup_timeout_s=0.2,
+    )  # fmt: skip
+    started = time.monotonic()
     assert list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), SilentNodes())) == []
+    assert time.monotonic() - started >= 0.2  # the start-up wait, for the same query
     assert strategy.aggregate_train(1, []) == (None, None)
     assert strategy.aggregate_evaluate(1, []) is None
-    assert strategy.rounds == []
-    # and a round that trained nothing leaves the round before it as it was
+    [idle] = strategy.rounds
+    assert idle.site_ids == [] and idle.reason == "no training: no node gave a usable profile"
+    assert set(idle.dropped) == {1, 2} and strategy.trained_rounds == []
+    assert strategy.context(_profiles(), 2, 1.0).round == 1  # the policy's first round still
+    # a round that trained, then a silent one: the policy's history is the trained one
     strategy.rounds.append(
-        RoundLog(round=1, site_ids=["s"], node_ids=[7], predicted_round_time_s=1.0, explanation={})
-    )
-    assert list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), SilentNodes())) == []
-    assert strategy.aggregate_train(2, []) == (None, None)
-    assert strategy._round_log(2) is None and strategy._round_log(1) is strategy.rounds[0]
+        RoundLog(round=2, site_ids=["s"], node_ids=[7], predicted_round_time_s=1.0, explanation={},
+                 round_time_s=5.0, sim_time_s=5.0)
+    )  # fmt: skip
+    assert list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), SilentNodes())) == []
+    assert strategy.aggregate_train(3, []) == (None, None)
+    assert [r.round for r in strategy.trained_rounds] == [2]
+    assert strategy.rounds[-1].sim_time_s == 5.0 and strategy.rounds[-1].round_time_s == 0.0
+    ctx = strategy.context(_profiles(), 4, 1.0)
+    assert ctx.round == 2 and [h.round for h in ctx.history] == [2]

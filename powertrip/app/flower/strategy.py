@@ -84,7 +84,16 @@ class PowerTripStrategy(FedAvg):
       loss_key: the train reply's MetricRecord key with the node's mean training loss (Oort's
         utility reads it, with the FedAvg weight `weighted_by_key`).
       target_accuracy: reported to the policy as the services do (it never stops the run).
-      profile_timeout_s: how long each round's profile query waits for the nodes.
+      profile_timeout_s: how long each round's profile query waits for the nodes. A node
+        that missed it once is not waited for again while the others have answered: it
+        trains on its last profile while that is at most `profile_max_age_rounds` rounds
+        old, else sits out, until it answers in time again.
+      startup_timeout_s: how long the first round's profile query waits, past
+        `profile_timeout_s`, until `min_available_nodes` nodes have given a usable profile
+        (a cold start: Ray's workers take seconds to come up); then it goes on with what
+        it has.
+      profile_max_age_rounds: how many rounds a node's last profile stands in for one it
+        did not send in time (0: never; power changes from round to round, §3.1).
       outer_optimizer, outer_lr, outer_momentum: the services' settings (core/outer.py):
         "fedavg" (here the default; the services' is "nesterov": `DEFAULTS_THAT_DIFFER`),
         the average as is, or "nesterov", DiLoCo's step on the averaged delta.
@@ -117,6 +126,8 @@ class PowerTripStrategy(FedAvg):
         loss_key: str = "train_loss",
         target_accuracy: float = math.inf,
         profile_timeout_s: float = 60.0,
+        startup_timeout_s: float = 300.0,
+        profile_max_age_rounds: int = 3,
         outer_optimizer: str = "fedavg",
         outer_lr: float = OUTER_LR,
         outer_momentum: float = OUTER_MOMENTUM,
@@ -169,6 +180,13 @@ class PowerTripStrategy(FedAvg):
         self.loss_key = loss_key
         self.target_accuracy = target_accuracy
         self.profile_timeout_s = profile_timeout_s
+        self.startup_timeout_s = float(startup_timeout_s)
+        _check_whole("profile_max_age_rounds", profile_max_age_rounds, 0)
+        self.profile_max_age_rounds = profile_max_age_rounds
+        #: node id -> (the round of its last usable profile, that profile)
+        self._profile_cache: dict[int, tuple[int, SiteProfile]] = {}
+        #: nodes that missed the last profile deadline: not waited for while others answered
+        self._slow: set[int] = set()
         self.output = RunOutput(out_dir) if out_dir is not None else None
         self.rounds: list[RoundLog] = []
         self._round_started = 0.0
@@ -197,29 +215,70 @@ class PowerTripStrategy(FedAvg):
             time.sleep(self.node_poll_s)
         return nodes
 
-    def profiles(self, grid: Grid, node_ids: Iterable[int] | None = None):
+    def profiles(
+        self,
+        grid: Grid,
+        node_ids: Iterable[int] | None = None,
+        server_round: int = 0,
+        at_least: int = 0,
+    ) -> tuple[dict[int, SiteProfile], dict[int, str]]:
         """Each node's profile, asked now: ({node id: profile}, {node id: why it is out}).
-        A node that does not answer in time, answers with an error or a malformed profile,
-        or reports a site id a lower node id already reported, is out for this round."""
+
+        The query waits `profile_timeout_s`, and past it, while fewer than `at_least` nodes
+        gave a usable profile, up to `startup_timeout_s` (a cold start). It ends early once
+        every node has answered but those that missed the last round's deadline. A node
+        that does not answer in time, answers with an error or a malformed profile, or
+        reports a site id a lower node id already reported, is out for this round, unless
+        it only missed the deadline and its last usable profile is at most
+        `profile_max_age_rounds` rounds old (then that one stands in, and says so)."""
         asked = sorted(grid.get_node_ids() if node_ids is None else node_ids)
         query = [Message(RecordDict(), dst_node_id=n, message_type=PROFILE_QUERY) for n in asked]
         found: dict[int, SiteProfile] = {}
         dropped: dict[int, str] = {}
-        for reply in grid.send_and_receive(query, timeout=self.profile_timeout_s):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                dropped[node] = f"no profile: {reply.error.reason}"
-                continue
-            try:
-                record = reply.content.config_records[PROFILE_KEY]
-                profile = SiteProfile.from_values(record).named(f"node-{node}").check()
-            except (KeyError, TypeError, ValueError) as exc:
-                dropped[node] = f"malformed profile: {exc}"
-                continue
-            found[node] = profile
+        pending = dict(zip(grid.push_messages(query), asked, strict=True))
+        start = time.monotonic()
+        deadline = start + self.profile_timeout_s
+        startup = start + max(self.profile_timeout_s, self.startup_timeout_s)
+        said = start
+        while pending:
+            for reply in grid.pull_messages(list(pending)):
+                node = reply.metadata.src_node_id
+                pending = {m: n for m, n in pending.items() if n != node}
+                if reply.has_error():
+                    dropped[node] = f"no profile: {reply.error.reason}"
+                    continue
+                try:
+                    record = reply.content.config_records[PROFILE_KEY]
+                    profile = SiteProfile.from_values(record).named(f"node-{node}").check()
+                except (KeyError, TypeError, ValueError) as exc:
+                    dropped[node] = f"malformed profile: {exc}"
+                    continue
+                found[node] = profile
+            now = time.monotonic()
+            waiting_for = set(pending.values()) - (self._slow if found else set())
+            if not waiting_for or now >= startup or (now >= deadline and len(found) >= at_least):
+                break
+            if now >= deadline and now - said >= 10.0:
+                log(INFO, "PowerTrip: %d of %d nodes gave a usable profile; waiting for the "
+                    "rest (start-up, %.0f of %.0f s)", len(found), at_least, now - start,
+                    self.startup_timeout_s)  # fmt: skip
+                said = now
+            time.sleep(self.node_poll_s / 20)
         for node in asked:
-            if node not in found and node not in dropped:
+            if node in found or node in dropped:
+                self._slow.discard(node)
+                continue
+            self._slow.add(node)
+            kept = self._profile_cache.get(node)
+            if kept and server_round - kept[0] <= self.profile_max_age_rounds:
+                found[node] = kept[1]
+                log(INFO, "PowerTrip: node %d sent no profile within %g s; its profile of "
+                    "round %d stands in", node, self.profile_timeout_s, kept[0])  # fmt: skip
+            else:
                 dropped[node] = f"no profile within {self.profile_timeout_s:g} s"
+        for node, profile in found.items():
+            if node not in self._slow:
+                self._profile_cache[node] = (server_round, profile)
         owner: dict[str, int] = {}
         for node in sorted(found):
             site = found[node].site_id
@@ -229,6 +288,21 @@ class PowerTripStrategy(FedAvg):
             else:
                 owner[site] = node
         return found, dropped
+
+    def gather_profiles(
+        self, grid: Grid, server_round: int
+    ) -> tuple[dict[int, SiteProfile], dict[int, str]]:
+        """This round's usable profiles; until a round has trained, the query waits for
+        `min_available_nodes` of them up to `startup_timeout_s`, so round 1 is not lost to
+        nodes still starting."""
+        need = 0 if self.trained_rounds else max(self.min_available_nodes, self.min_train_nodes)
+        return self.profiles(grid, self.wait_for_nodes(grid), server_round, at_least=need)
+
+    @property
+    def trained_rounds(self) -> list[RoundLog]:
+        """The rounds that trained: the policy's history (a round without training is
+        recorded, but is no round of the policy's)."""
+        return [r for r in self.rounds if r.site_ids]
 
     # ---- the decision ----------------------------------------------------------------
     def context(self, profiles: list[SiteProfile], server_round: int, model_bytes: float):
@@ -249,10 +323,10 @@ class PowerTripStrategy(FedAvg):
             table=table,
             update_size_bytes=size,
             tau_s=self.tau_s,
-            history=tuple(r.past_round() for r in self.rounds),
+            history=tuple(r.past_round() for r in self.trained_rounds),
             target_accuracy=self.target_accuracy,
             seed=self.seed,
-            round=server_round,
+            round=len(self.trained_rounds) + 1,  # a round that trained nothing is no round
             estimator=self.estimator,
             params=self.params,
             work_model=self.work_model,
@@ -288,7 +362,7 @@ class PowerTripStrategy(FedAvg):
         if self.fraction_train == 0.0:  # FedAvg's meaning (it warned at construction)
             return []
         self._finish_rounds_before(server_round)
-        by_node, dropped = self.profiles(grid, self.wait_for_nodes(grid))
+        by_node, dropped = self.gather_profiles(grid, server_round)
         for node, why in sorted(dropped.items()):
             log(WARNING, "PowerTrip: node %d sits out round %d: %s", node, server_round,
                 one_line(why))  # fmt: skip
@@ -297,6 +371,7 @@ class PowerTripStrategy(FedAvg):
         if not by_node:
             log(WARNING, "PowerTrip: no node gave a usable profile; no training in round %d",
                 server_round)  # fmt: skip
+            self._record_idle_round(server_round, dropped, "no node gave a usable profile")
             return []
         nodes = sorted(by_node, key=lambda n: by_node[n].site_id)
         profiles = [by_node[n] for n in nodes]
@@ -306,6 +381,7 @@ class PowerTripStrategy(FedAvg):
         order, bounded = self.bound(ctx, decision.order)
         if len(order) == 0:
             log(WARNING, "PowerTrip: no alive site to train in round %d", server_round)
+            self._record_idle_round(server_round, dropped, "no alive site", profiles)
             return []
         site_time_s = self.site_times_s(ctx, order)
         predicted = max(site_time_s)  # the time model's charge (the simulated clock's)
@@ -330,6 +406,24 @@ class PowerTripStrategy(FedAvg):
         self._round_started = time.monotonic()
         self._sent_arrays = arrays
         return [Message(record, dst_node_id=n, message_type=MessageType.TRAIN) for n in chosen]
+
+    def _record_idle_round(
+        self,
+        server_round: int,
+        dropped: Mapping[int, str],
+        why: str,
+        profiles: list[SiteProfile] | None = None,
+    ) -> None:
+        """A round that trains nothing, in decisions.jsonl and rounds.csv with its reason
+        (k 0, no time on the clock); not a round of the policy's (`trained_rounds`)."""
+        before = self.rounds[-1].sim_time_s if self.rounds else 0.0
+        self.rounds.append(RoundLog(
+            round=server_round, site_ids=[], node_ids=[], predicted_round_time_s=0.0,
+            explanation={}, reason=f"no training: {why}", round_time_s=0.0,
+            sim_time_s=before, profiles=list(profiles or []),
+            dropped={n: one_line(w) for n, w in dropped.items()},
+            outer_step=self.outer.to_json(),
+        ))  # fmt: skip
 
     # ---- what came of it -------------------------------------------------------------
     def site_times_s(self, ctx: Context, order: np.ndarray) -> list[float]:
@@ -357,9 +451,9 @@ class PowerTripStrategy(FedAvg):
                 self._sent_arrays, arrays, self._outer_buffer, self.outer
             )
         last = self._round_log(server_round)
-        if last is None:
-            # configure_train sent nothing this round (no node gave a usable profile):
-            # Flower still asks for an aggregate; there is none, and no round to log
+        if last is None or not last.site_ids:
+            # configure_train sent nothing this round (recorded with its reason, or
+            # fraction_train 0): Flower still asks for an aggregate; there is none
             return arrays, metrics
         site_of = dict(zip(last.node_ids, last.site_ids, strict=True))
         own_time = dict(zip(last.site_ids, last.site_time_s, strict=True))
@@ -400,8 +494,8 @@ class PowerTripStrategy(FedAvg):
                 logged.accuracy = float(metrics[self.accuracy_key])
 
     def _round_log(self, server_round: int) -> RoundLog | None:
-        """This round's log; None when the round trained nothing (no node gave a usable
-        profile), so its evaluation is not written into an earlier round's."""
+        """This round's log (one that trained nothing too: its evaluation is its own); None
+        before configure_train made it, so an evaluation never lands in an earlier round's."""
         last = self.rounds[-1] if self.rounds else None
         return last if last is not None and last.round == server_round else None
 
@@ -409,7 +503,7 @@ class PowerTripStrategy(FedAvg):
         """The rounds before this one are complete: warn if accuracy did not reach the
         policy, and write them out."""
         done = [r for r in self.rounds if r.round < server_round]
-        missing = [r.round for r in done if math.isnan(r.accuracy)]
+        missing = [r.round for r in done if r.site_ids and math.isnan(r.accuracy)]
         if missing and not self._warned_no_accuracy:
             self._warned_no_accuracy = True
             seen = ", ".join(sorted(self._metric_keys_seen)) or "none"
@@ -487,7 +581,10 @@ def _check_sampling(fraction_train: float, min_train_nodes: int, min_available_n
     """FedAvg takes these unchecked; here each bounds k, so a value that cannot is refused."""
     if not (isinstance(fraction_train, int | float) and 0.0 <= fraction_train <= 1.0):
         raise ValueError(f"fraction_train must be in [0, 1], got {fraction_train!r}")
-    for name, value, least in (("min_train_nodes", min_train_nodes, 1),
-                               ("min_available_nodes", min_available_nodes, 0)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    _check_whole("min_train_nodes", min_train_nodes, 1)
+    _check_whole("min_available_nodes", min_available_nodes, 0)
+
+
+def _check_whole(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
