@@ -19,7 +19,7 @@ DEMO_OUT ?= runs/demo
 # sweep found for this set-up (results/claims.md), and, beyond the paper, `adaptive` and `oort`
 DEMO_POLICIES ?= powertrip,adaptive,static:k=3,static,centralized-25,centralized-50,highest-power,random,radius,all,oort
 
-.PHONY: setup demo docs test test-all golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
+.PHONY: setup demo docs wheel test test-all golden reliability lint proto bench clean reproduce reproduce-all reproduce-summary constraints
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -128,6 +128,11 @@ bench: setup  ## speed figures as ratios against references measured in the same
 	      "will not be measured; fix that and run make bench again"; \
 	fi
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+WHEEL_DIR ?= dist
+wheel: setup  ## build a wheel of powertrip into WHEEL_DIR (it carries data/ but the speech clips)
+	$(BIN)/pip wheel -q --no-deps . -w $(WHEEL_DIR)
+	@ls $(WHEEL_DIR)/powertrip-*.whl
 
 lint: setup
 	$(BIN)/ruff check .

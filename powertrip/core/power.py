@@ -39,11 +39,12 @@ from pathlib import Path
 
 import numpy as np
 
+from powertrip.core.datapaths import shipped_data_dir
 from powertrip.core.footprint import GPU_POWER_W
 from powertrip.core.timemodel import effective_gpus
 
 SAMPLE_PERIOD_S = 300.0
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "data" / "google-power" / "pdu_5min.csv.gz"
+DEFAULT_TRACE = shipped_data_dir() / "google-power" / "pdu_5min.csv.gz"
 
 
 class TraceError(ValueError):

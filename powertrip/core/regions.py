@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-#: the catalog in a checkout: <repo>/data/regions/regions.csv
-DEFAULT_REGIONS_CSV = Path(__file__).resolve().parents[2] / "data" / "regions" / "regions.csv"
+from powertrip.core.datapaths import shipped_data_dir
+
+#: the catalog PowerTrip carries (data/regions/regions.csv; powertrip/core/datapaths.py)
+DEFAULT_REGIONS_CSV = shipped_data_dir() / "regions" / "regions.csv"
 
 #: mean Earth radius (IUGG R1 = 6371.0088 km) in statute miles, the unit of the link model
 EARTH_RADIUS_MILES = 3958.8

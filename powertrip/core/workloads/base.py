@@ -7,13 +7,14 @@ is one module plus one entry in `powertrip.core.workloads.REGISTRY`.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from powertrip.core.datapaths import data_root
 
 if TYPE_CHECKING:  # torch is imported lazily: processes that do not train never pay for it
     import torch
@@ -123,11 +124,8 @@ class PartitionedSites(SiteData):
 
 
 def default_data_root() -> Path:
-    """`$POWERTRIP_DATA_DIR`, else the repo's `data/` next to the package."""
-    env = os.environ.get("POWERTRIP_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "data"
+    """`$POWERTRIP_DATA_DIR`, else the data PowerTrip carries (powertrip/core/datapaths.py)."""
+    return data_root()
 
 
 class Workload(ABC):
@@ -147,7 +145,9 @@ class Workload(ABC):
                 raise DataError(
                     f"{self.name} data not found: looked in {path}. See docs/workloads.md (Data) "
                     "for how to get it; pass --data-dir or set POWERTRIP_DATA_DIR if it lives "
-                    "elsewhere."
+                    "elsewhere. (An installed wheel carries femnist's subset, the region "
+                    "catalog, the power traces and shakespeare-lm's base; the speech clips "
+                    "come with a clone of the repository: data/speech_commands.)"
                 )
 
     @abstractmethod

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from powertrip.core.config import ConfigError
+from powertrip.core.datapaths import shipped_data_dir
 from powertrip.core.peft import EXTRA_HINT, PeftSpec, with_adapters
 from powertrip.core.peftspec import PeftSpecError, emulated_update_bytes
 from powertrip.core.workloads.base import DataError, Dataset, Split, WorkloadDefaults
@@ -64,7 +65,7 @@ def reserved_plays(user_names: list[str]) -> set[str]:
 
 
 def default_base_path() -> Path:
-    return Path(__file__).resolve().parents[3] / "data" / "shakespeare-lm" / BASE_FILE
+    return shipped_data_dir() / "shakespeare-lm" / BASE_FILE
 
 
 def build_decoder():
