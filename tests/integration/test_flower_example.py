@@ -87,6 +87,10 @@ def test_the_readme_commands_run_as_written(tmp_path):
     assert done.returncode == 0, log[-4000:]
     assert "(10 simulated SuperNodes)" in log, log[-4000:]
     assert not (tmp_path / "superlink.pid").exists()
+    # its log went to runs/ (ignored by git), not the directory it was started in
+    assert (tmp_path / "runs" / "superlink.log").exists()
+    assert not (tmp_path / "superlink.log").exists()
+    assert 'Recommended property "license"' not in log
 
     runs = sorted((tmp_path / "runs/flower").glob("run-*/decisions.jsonl"))
     assert len(runs) == 1, runs
