@@ -55,6 +55,13 @@ sys.path.insert(0, str(ROOT))  # `bench` and `powertrip` from this checkout, fro
 # OpenMP threads that sleep between regions. Before torch loads, which reads it once. On a
 # shared machine the bare loop on 2 spinning threads measured 3.0 site-steps/s, 9.9 sleeping.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ... and the CPU kernels the services run (pinned unless POWERTRIP_CPU_KERNELS=native), so a
+# reference in this process (the bare loop) is measured under the same kernel setting as
+# the system it is set against; children inherit the variables
+from powertrip.core.kernels import configure_torch, pin_cpu_kernels  # noqa: E402
+
+pin_cpu_kernels()
+configure_torch()
 
 # One module per figure, each with measure(args, work, results) -> dict (bench/__init__.py).
 from bench import (  # noqa: E402
