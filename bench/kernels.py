@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from bench.common import ROOT, median_ratio
+from powertrip.core.kernels import VARIABLES
 
 
 def child(sites: int, steps: int) -> dict:
@@ -41,7 +42,7 @@ def child(sites: int, steps: int) -> dict:
 
 def _measure_once(mode: str, sites: int, steps: int) -> dict:
     env = {**os.environ, "POWERTRIP_CPU_KERNELS": mode}
-    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"):
+    for name in VARIABLES:
         env.pop(name, None)  # the bench's own environment must not decide for the child
     done = subprocess.run(
         [sys.executable, "-m", "bench.kernels", str(sites), str(steps)],

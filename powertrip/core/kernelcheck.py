@@ -6,7 +6,7 @@ disagree, eleven golden hashes say *that* they do; this says *which kernel* does
 Each probe runs one kernel a run uses (the GEMMs of a linear layer, a convolution forward and
 its weight gradient, cross-entropy, a few FEMNIST SGD steps, numpy's sums, the int8 delta
 encoder) on fixed seeded inputs and keeps the SHA-256 of its output bits. A machine's
-*family* is the digest of all of them at one thread; `FAMILIES` (kernel_families.json,
+*family* is the digest of all of them at one thread; `FAMILIES_FILE` (kernel_families.json,
 committed) names the families measured so far, and the golden runs keep one record per family.
 
 The check needs torch and is imported only by the commands and tests that use it.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from powertrip.core.kernels import cpu_identity, kernel_mode
+from powertrip.core.kernels import VARIABLES, cpu_identity, kernel_mode
 
 #: the families measured so far: name -> {cpu, vendor, setting, fingerprints}
 FAMILIES_FILE = Path(__file__).with_name("kernel_families.json")
@@ -159,18 +159,18 @@ def nearest_family(single_thread: dict[str, str], families: dict[str, dict]):
 
 
 def report(prints: dict[int, dict[str, str]], families: dict[str, dict]) -> tuple[str, bool]:
-    """The lines `powertrip kernels` prints, and whether the check passed: every kernel a run
-    uses holds its bits at every thread count, and (pinned) the family is a recorded one or,
-    where none of this vendor is, at least no recorded family of this vendor disagrees."""
+    """The lines `powertrip kernels` prints, and whether the check passed: under the pinned
+    kernels, every kernel a run uses holds its bits at every thread count, and a CPU of a
+    vendor with a recorded family computes that family's bits (one of another vendor may
+    be a family of its own: it is named, not failed)."""
     cpu = cpu_identity()
     single = prints[min(prints)]
     digest = family_digest(single)
     lines = [
         f"cpu: {cpu['model']} ({cpu['vendor']}, {cpu['cores']} cores; "
         f"{' '.join(cpu['isa']) or 'no AVX2'})",
-        f"kernels: {kernel_mode()}; ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')} "
-        f"MKL_CBWR={os.environ.get('MKL_CBWR')} ONEDNN_MAX_CPU_ISA="
-        f"{os.environ.get('ONEDNN_MAX_CPU_ISA')}",
+        f"kernels: {kernel_mode()}; "
+        + " ".join(f"{name}={os.environ.get(name)}" for name in VARIABLES),
     ]
     ok = True
     varying = [k for k in thread_dependent(prints) if k not in THREAD_DEPENDENT_BY_DESIGN]
@@ -204,20 +204,29 @@ def report(prints: dict[int, dict[str, str]], families: dict[str, dict]) -> tupl
     return "\n".join(lines), ok
 
 
+def new_family_name(single_thread: dict[str, str]) -> str:
+    """The name `--record` gives these bits: vendor, kernel mode and digest."""
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(str(cpu_identity()["vendor"]))
+    return f"{vendor or 'cpu'}-{kernel_mode()}-{family_digest(single_thread)}"
+
+
+def family_name(single_thread: dict[str, str], families: dict[str, dict]) -> str:
+    """The recorded family these bits are, else the name recording them would give."""
+    near = nearest_family(single_thread, families)
+    return near[0] if near and not near[1] else new_family_name(single_thread)
+
+
 def record_entry(prints: dict[int, dict[str, str]]) -> tuple[str, dict]:
     """(name, entry) to add this machine's family to kernel_families.json."""
     cpu = cpu_identity()
     single = prints[min(prints)]
-    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(str(cpu["vendor"]), "cpu")
-    name = f"{vendor}-{kernel_mode()}-{family_digest(single)}"
+    name = new_family_name(single)
     entry = {
         "cpu": cpu["model"],
         "vendor": cpu["vendor"],
         "isa": cpu["isa"],
         "mode": kernel_mode(),
-        "env": {
-            k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
-        },
+        "env": {name: os.environ.get(name) for name in VARIABLES},
         "fingerprints": single,
     }
     return name, entry

@@ -54,6 +54,9 @@ PINNED: dict[str, str] = {
 #: CNR mode, whose bits ignore the thread count at no measured cost, so that a native run's
 #: numbers do not depend on how many cores the machine has (training's threads are a setting)
 NATIVE: dict[str, str] = {"MKL_CBWR": "AUTO,STRICT"}
+#: every variable a mode sets: what a record of the kernels names, and what a child that
+#: must choose its own mode is started without
+VARIABLES = tuple(dict.fromkeys([*PINNED, *NATIVE]))
 X86_64 = frozenset({"x86_64", "amd64"})
 
 

@@ -154,14 +154,11 @@ def this_family(env: dict[str, str]) -> tuple[str, str]:
     their environment: `powertrip kernels` names a recorded one, else its digest."""
     code = (
         "import json\n"
-        "from powertrip.core.kernels import pin_cpu_kernels, configure_torch\n"
+        "from powertrip.core.kernels import configure_torch, cpu_identity, pin_cpu_kernels\n"
         "pin_cpu_kernels(); configure_torch()\n"
         "from powertrip.core import kernelcheck as K\n"
         "single = K.fingerprints((1,))[1]\n"
-        "name, entry = K.record_entry({1: single})\n"
-        "near = K.nearest_family(single, K.load_families())\n"
-        "known = near[0] if near and not near[1] else name\n"
-        "print(json.dumps([known, entry['cpu']]))\n"
+        "print(json.dumps([K.family_name(single, K.load_families()), cpu_identity()['model']]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env={**os.environ, **env},
