@@ -17,13 +17,13 @@ from powertrip.app.cliexit import EXIT_USAGE
 from powertrip.app.cliflags import FLAG_FIELDS
 from powertrip.core import runfiles
 from powertrip.core.config import (
-    LATER_SETTINGS,
     PARAM_PREFIX,
     ConfigError,
     RunConfig,
     parse_setting,
 )
 from powertrip.core.policies.base import param_number
+from powertrip.core.settings import later_settings, markdown_table, text_table
 
 
 def load_config(args: argparse.Namespace) -> RunConfig:
@@ -104,7 +104,7 @@ def resume_args(args: argparse.Namespace) -> None:
         today = RunConfig()
         args.settings = [
             f"{key}={json.dumps(then)}"
-            for key, then in LATER_SETTINGS.items()
+            for key, then in later_settings(RunConfig).items()
             if key not in stored and then != getattr(today, key)
         ]
 
@@ -119,9 +119,13 @@ def resolve_workload(config: RunConfig) -> RunConfig:
 
 
 def config_command(args: argparse.Namespace) -> int:
-    """`powertrip config show|validate`: the configuration `run` would use, and its sources."""
+    """`powertrip config show|validate|settings`: the configuration `run` would use and its
+    sources, or the table of every setting."""
     from powertrip.core.workloads import DataError, UnknownWorkload
 
+    if args.config_command == "settings":
+        print(markdown_table() if args.format == "markdown" else text_table(), end="")
+        return 0
     try:
         config = load_config(args)
         if args.env:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from powertrip.core.settings import row_map
 from powertrip.core.workloads import REGISTRY
 
 WORKLOADS = ", ".join(sorted(REGISTRY))
@@ -56,13 +57,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, help="stop at this held-out accuracy")
     parser.add_argument("--update-size-gb", type=float, help="emulated update size M in GB")
     parser.add_argument("--seed", type=int, help="seed for sites, data split and training")
-    parser.add_argument("--clock", choices=("simulated", "wall"), help="time source")
+    parser.add_argument("--clock", choices=row_map()["clock"].choices, help="time source")
     parser.add_argument(
         "--power",
-        choices=("uniform", "trace"),
+        choices=row_map()["power"].choices,
         help="site power: U[0.1, 1] drawn once, or Google PowerData 2019 replay",
     )
-    parser.add_argument("--estimator", choices=("paper", "clock"), help="round-time estimator")
+    parser.add_argument(
+        "--estimator", choices=row_map()["estimator"].choices, help="round-time estimator"
+    )
     parser.add_argument("--workers", type=int, help="site-worker processes (default 1)")
     parser.add_argument(
         "--train-threads",
@@ -71,7 +74,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--trainer",
-        choices=("loop", "vmap"),
+        choices=row_map()["trainer"].choices,
         help="how workers train their sites: one after another (loop, default) or vmap",
     )
     parser.add_argument("--site-batch", type=int, help="sites per vmap call (default 1)")
@@ -90,7 +93,8 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any run-configuration setting, read and checked as in the YAML file, e.g. "
         "--set lr=0.01 --set work_model=data-parallel or --set policy_params.k=20 "
-        "(repeatable; wins over the YAML and the other flags)",
+        "(repeatable; wins over the YAML and the other flags); the settings: "
+        f"{', '.join(row_map())}; `powertrip config settings` says what each does",
     )
 
 

@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
             "entry point does",
         )
         each.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    listing = config_sub.add_parser(
+        "settings",
+        help="every setting: its type, default, allowed values and what it does",
+        description="The settings table (powertrip/core/settings.py), the one place each "
+        "setting is declared; docs/cli.md renders the same table.",
+    )
+    listing.add_argument("--format", choices=("text", "markdown"), default="text")
 
     add_operator_commands(sub)
     return parser

@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from powertrip.core.settings import TRAINERS
 from powertrip.core.training import LocalResult, batch_indices, train_local
 from powertrip.core.workloads.base import Workload
 
 log = logging.getLogger(__name__)
 
-TRAINERS = ("loop", "vmap")
 
 # model classes for which vmap failed once in this process: use the loop from then on
 _VMAP_UNSUPPORTED: set[str] = set()

@@ -7,71 +7,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from powertrip.core import deltacodec, footprint, outer, provenance
+from powertrip.core import deltacodec, provenance, settings
 from powertrip.core.configcheck import check_settings
 from powertrip.core.configvalues import ConfigError, coerce, parse_value
 from powertrip.core.policies.base import param_number
-from powertrip.core.policies.objective import CARBON_SLACK
-from powertrip.core.profiles import AGGREGATOR_REGION, GPUS_PER_SITE, PopulationSpec
+from powertrip.core.profiles import PopulationSpec
+from powertrip.core.settings import RunSettings
 
 #: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
-FLAGS: dict[str, str] = {"num_sites": "--sites"}
-
-
+FLAGS: dict[str, str] = {r.name: r.flag for r in settings.rows() if r.flag}
 #: Execution settings: how a run is carried out (processes, threads, where the data is read,
 #: how long a round may take in wall time, whether checkpoints are written), never what it
-#: computes; results are bit-identical whatever they are. Every other field is an
-#: experiment setting. The one list: a resumed run (aggregator --resume), a finished run
-#: reused by compare/sweep and one reused by reproduce may differ from the request only here
-#: (and in the limits each names on top: `RUN_LIMITS`).
-EXECUTION_SETTINGS = frozenset(
-    {"workers", "threads_per_worker", "train_threads", "data_dir", "round_deadline_s", "checkpoint"}
-)
+#: computes; results are bit-identical whatever they are. A resumed run (aggregator
+#: --resume), a finished run reused by compare/sweep and one reused by reproduce may differ
+#: from the request only here (and in the limits each names on top: `RUN_LIMITS`).
+EXECUTION_SETTINGS = settings.execution_settings()
 #: limits on a run's length: a resumed run may extend them
-RUN_LIMITS = frozenset({"max_rounds", "max_sim_hours"})
-
-
-#: settings added after runs were stored, with their defaults: a stored configuration without
-#: one ran as its default says, so finished runs (results/reproduce/) stay finished
-LATER_SETTINGS: dict[str, Any] = {
-    **footprint.SETTINGS,
-    "fused_sgd": False,
-    "link_model": "inverse",
-    "tau_source": "fixed",
-    "gpus_available_min_fraction": 1.0,
-    "gpus_available_max_fraction": 1.0,
-    "peft": "none",
-    "target_perplexity": None,
-    "outer_optimizer": "fedavg",
-    "outer_lr": outer.OUTER_LR,
-    "outer_momentum": outer.OUTER_MOMENTUM,
-    "delta_encoding": "fp32",
-    "population": "synthetic",
-    "aggregator_region": AGGREGATOR_REGION,
-    "objective": "time",
-    "carbon_slack": CARBON_SLACK,
-}
+RUN_LIMITS = settings.run_limits()
+#: settings added after runs were stored, with what their absence meant: a stored
+#: configuration without one ran as that, so finished runs (results/reproduce/) stay finished
+LATER_SETTINGS: dict[str, Any] = settings.later_settings()
 #: the paper's value of each setting whose product default moved away from it (the study
 #: that moved it is in results/claims.md); configs/reproduce.yaml runs the paper's method
 #: with these (tests/unit/test_default_agreement.py holds it to them)
-PAPER_VALUES: dict[str, Any] = {
-    "outer_optimizer": "fedavg",  # Eq. 2: the model moves by the weighted average
-    "delta_encoding": "fp32",  # full updates of M bytes (Eq. 3)
-    "comm_directions": 1,  # Eq. 3 charges the update's upload
-}
+PAPER_VALUES: dict[str, Any] = settings.paper_values()
 _ABSENT = object()
 
 
-def as_stored(settings: dict[str, Any]) -> dict[str, Any]:
+def as_stored(data: dict[str, Any], cls: type = RunSettings) -> dict[str, Any]:
     """A stored run's settings with each setting added since it ran at what its absence
-    meant then (`LATER_SETTINGS`)."""
-    return {**{k: v for k, v in LATER_SETTINGS.items() if k not in settings}, **settings}
+    meant then (`LATER_SETTINGS`, or the rows of `cls`)."""
+    later = settings.later_settings(cls)
+    return {**{k: v for k, v in later.items() if k not in data}, **data}
 
 
 def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, also=()) -> list[str]:
@@ -86,116 +59,10 @@ def experiment_differences(stored: dict[str, Any], wanted: dict[str, Any], *, al
     )
 
 
-@dataclass
-class RunConfig:
-    policy: str = "powertrip"
-    policy_params: dict[str, float] = field(default_factory=dict)
-    workload: str = "femnist"
-    num_sites: int = 100
-    max_rounds: int = 100
-    #: stop a run once its simulated time passes this many hours (0 = no limit)
-    max_sim_hours: float = 0.0
-    target_accuracy: float | None = None  # None: the workload's default
-    #: a held-out perplexity (exp of the mean cross-entropy) that replaces target_accuracy as
-    #: the run's target: next-token accuracy on a small language model moves a point or two
-    #: in fine-tuning, within its evaluation's noise, while the loss falls smoothly. None: the
-    #: workload's default (shakespeare-lm has one, the others none); 0: no perplexity target
-    target_perplexity: float | None = None
-    update_size_gb: float | None = None  # emulated M; None: the workload's default
-    seed: int = 0
-    clock: str = "simulated"
-    work_model: str = "local-steps"
-    #: how the sites fine-tune a pretrained base: none (in full), lora or qlora, with
-    #: options, e.g. "lora:r=8,alpha=16" (powertrip/core/peft.py; shakespeare-lm only)
-    peft: str = "none"
-    estimator: str = "paper"
-    #: transfers charged per round: 1 = the site's update to the aggregator, as the paper's
-    #: Eq. 3 and §5.1 charge it; 2 also charges the model download
-    comm_directions: int = 1
-    aggregation_s: float = 1.0
-    power: str = "uniform"  # "trace": Google PowerData 2019 replay (data/google-power/)
-    power_trace: str | None = None  # trace file for power=trace (default: the shipped cell a)
-    gpus_per_site: int = GPUS_PER_SITE  # N_max per site; trace mode's power granularity
-    #: N_avail,i (paper Eq. 6's hardware side) drawn per site from
-    #: [ceil(min x gpus_per_site), floor(max x gpus_per_site)]; 1, 1 = every site has all
-    #: gpus_per_site GPUs, as every run did before (powertrip/core/profiles.py)
-    gpus_available_min_fraction: float = 1.0
-    gpus_available_max_fraction: float = 1.0
-    lr: float | None = None
-    batch_size: int | None = None
-    local_steps: int | None = None
-    tau_s: float | None = None
-    #: "fixed": tau_s as given (the workload's default unless set); "measured": tau_s (left
-    #: unset) is the workload's median step time on the training device x local_steps,
-    #: measured by the aggregator at run start (powertrip/core/steptime.py) and recorded in the
-    #: run's config.yaml; simulated times then depend on the machine that measured it
-    tau_source: str = "fixed"
-    eval_samples: int | None = None
-    min_distance_miles: float = 100.0
-    max_distance_miles: float = 10_000.0
-    #: B_ref (ours: the paper gives no link speeds): under link_model "inverse" the bandwidth
-    #: at 100 miles, falling as 1/distance; under "fig5" the flat bandwidth within 1,000 miles
-    reference_bandwidth_gbps: float = 10.0
-    #: "inverse": bandwidth ~ 1/distance (paper §5.1); "fig5": flat within 1,000 miles, then
-    #: ~ 1/distance (paper Fig. 5 as §5.3 describes it); powertrip/core/profiles.py has both
-    link_model: str = "inverse"
-    #: "calibrated": 22 % of sites within 1,000 miles (paper Fig. 9); "uniform": U[min, max]
-    #: (powertrip/core/profiles.py has the formula)
-    distance_distribution: str = "calibrated"
-    #: where the sites are (powertrip/core/profiles.py): "synthetic", distances drawn as
-    #: above; "regions", Google Cloud's regions (data/regions/regions.csv), each at its
-    #: great-circle distance from `aggregator_region` and charged its own grid's carbon
-    #: intensity (num_sites <= 40: the nearest to the aggregator take part)
-    population: str = "synthetic"
-    aggregator_region: str = AGGREGATOR_REGION
-    #: what each round optimises (powertrip/core/policies/objective.py): "time", the paper's;
-    #: "carbon", the policy's k with its sites re-chosen for less CO2 (Eq. 8 with the grid's
-    #: term) while a round is predicted to take at most carbon_slack x the time objective's
-    objective: str = "time"
-    carbon_slack: float = CARBON_SLACK
-    #: uniform power mode draws p_i ~ U[min_power, max_power] once (paper §5.1: U[0.1, 1.0]);
-    #: min_power = max_power = 1 gives identical full-power sites (paper Figs. 6-7)
-    min_power: float = 0.1
-    max_power: float = 1.0
-    workers: int = 1  # site-worker processes in the embedded deployment
-    threads_per_worker: int = 1  # torch intra-op threads per training thread
-    #: sites each worker trains at once, one thread and model replica each; 0 = one per CPU
-    #: core. One worker with a thread per core stays busy however a round's selection falls,
-    #: where a process per core idles one when the selection splits unevenly between them.
-    train_threads: int = 0
-    #: how a worker trains its virtual sites: "loop" (one after another) or "vmap"
-    #: (`site_batch` sites per forward/backward); the same math either way (bench/RESULTS.md)
-    trainer: str = "loop"
-    site_batch: int = 1
-    channels_last: bool = True  # NHWC convolutions in the loop trainer (faster on CPU)
-    #: plain SGD applied inside each linear layer's weight-gradient product (loop trainer,
-    #: SGD workloads; powertrip/core/fused_sgd.py): less memory traffic, the same math up to
-    #: float rounding, so an experiment setting; runs stored before it existed ran without
-    fused_sgd: bool = True
-    #: how the averaged delta moves the model (powertrip/core/outer.py): "nesterov" takes
-    #: DiLoCo's outer SGD step with Nesterov momentum, outer_lr and outer_momentum
-    #: (OpenDiLoCo's 0.7 and 0.9), the default by the study of figure `outer`
-    #: (results/claims.md); "fedavg" adds the average as is (the paper's Eq. 2, what
-    #: configs/reproduce.yaml runs; it uses neither outer_lr nor outer_momentum)
-    outer_optimizer: str = "nesterov"
-    outer_lr: float = outer.OUTER_LR
-    outer_momentum: float = outer.OUTER_MOMENTUM
-    #: how sites encode their deltas for upload (powertrip/core/deltacodec.py): "int8" a
-    #: quarter of the bytes (per-tensor symmetric), the default by the same study; "fp32" as
-    #: they are (the paper's, what configs/reproduce.yaml runs). M (update_size_gb, the fp32
-    #: update) is charged at that share
-    delta_encoding: str = "int8"
-    round_deadline_s: float = 600.0  # wall-clock seconds a round may take before giving up
-    data_dir: str | None = None
-    shadow: bool = True
-    checkpoint: bool = True
-    #: energy, egress cost and carbon accounting (powertrip/core/footprint.py has each default's
-    #: source); carbon_trace: a per-site CSV (site_id, g_per_kwh[, hour])
-    gpu_power_w: float = footprint.GPU_POWER_W
-    gpu_idle_power_w: float = footprint.GPU_IDLE_POWER_W
-    egress_usd_per_gb: float = footprint.EGRESS_USD_PER_GB
-    carbon_g_per_kwh: float = footprint.CARBON_G_PER_KWH
-    carbon_trace: str | None = None
+class RunConfig(RunSettings):
+    """A run's settings (the table: powertrip/core/settings.py) and how they are read,
+    checked and written. Methods derive what they know of a setting from the rows of
+    `type(self)`, so a subclass that adds a row is read, checked and stored as these are."""
 
     # ---- loading -----------------------------------------------------------------------
     @classmethod
@@ -210,7 +77,7 @@ class RunConfig:
         (`LATER_SETTINGS`), not today's default, so `--config RUN/config.yaml` reruns that
         run after a default has moved."""
         if isinstance(data, dict) and provenance.KEY in data:
-            data = as_stored({k: v for k, v in data.items() if k != provenance.KEY})
+            data = as_stored({k: v for k, v in data.items() if k != provenance.KEY}, cls)
         return cls().with_values(data, source)
 
     @classmethod
@@ -220,7 +87,8 @@ class RunConfig:
         (`LATER_SETTINGS`), so replaying it decides as it did (a run from before int8 deltas
         moved full updates)."""
         data = cls._read_yaml(Path(path))
-        return cls.from_mapping(as_stored(data) if isinstance(data, dict) else data, str(path))
+        stored = as_stored(data, cls) if isinstance(data, dict) else data
+        return cls.from_mapping(stored, str(path))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -252,10 +120,12 @@ class RunConfig:
                 f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys: "
                 f"{', '.join(self.field_names())}"
             )
+        rows = settings.row_map(type(self))
         config = dataclasses.replace(self, policy_params=dict(self.policy_params))
         sources = dict(self.sources())
         for key, value in data.items():
-            setattr(config, key, coerce(key, _TYPES[key], value, source))
+            row = rows[key]
+            setattr(config, key, coerce(key, row.kind, value, source, row.choices))
             sources[key] = source
         config._sources = sources
         return config
@@ -269,10 +139,11 @@ class RunConfig:
         """A copy with the given settings from command-line flags; None leaves a setting as
         it is (an absent flag). A bad value's message names its flag: `--KEY` with `-` for
         `_` (`--sites` for num_sites), or the one `flags` gives for the key."""
+        rows = settings.row_map(type(self))
         config = self
         for key, value in overrides.items():
             if value is not None:
-                flag = (flags or {}).get(key) or FLAGS.get(key) or "--" + key.replace("_", "-")
+                flag = (flags or {}).get(key) or rows[key].flag_name()
                 config = config.with_values({key: value}, flag)
         return config
 
@@ -281,8 +152,8 @@ class RunConfig:
         `--set` reads one (YAML: `{k: 20}`, `null`, `true`), checked as the YAML file's, and
         named by its variable when bad; empty variables are skipped. Any other `PREFIX...`
         variable is an error that lists the allowed names."""
-        fields_ = self.field_names()
-        allowed = {prefix + name.upper(): name for name in fields_}
+        rows = settings.row_map(type(self))
+        allowed = {prefix + name.upper(): name for name in rows}
         unknown = sorted(
             k for k in env if k.startswith(prefix) and k not in allowed and k != prefix + "CONFIG"
         )
@@ -294,14 +165,14 @@ class RunConfig:
         for var, name in allowed.items():
             text = env.get(var, "")
             if text != "":
-                config = config.with_values({name: parse_value(_TYPES[name], text)}, var)
+                config = config.with_values({name: parse_value(rows[name].kind, text)}, var)
         return config
 
     def with_settings(self, items: Iterable[str]) -> RunConfig:
         """A copy with `--set KEY=VALUE` items applied in order (see parse_setting)."""
         config = self
         for item in items:
-            key, value = parse_setting(item)
+            key, value = parse_setting(item, type(self))
             source = f"--set {item}"
             if key.startswith(PARAM_PREFIX):
                 name = key[len(PARAM_PREFIX) :]
@@ -388,14 +259,11 @@ class RunConfig:
         return self.update_size_gb * 1e9 * deltacodec.WIRE_SHARE[self.delta_encoding]
 
 
-_TYPES: dict[str, Any] = {f.name: f.type for f in fields(RunConfig)}
-
-
 #: `--set policy_params.NAME=VALUE` sets one policy parameter (like `--param NAME=VALUE`)
 PARAM_PREFIX = "policy_params."
 
 
-def parse_setting(item: str) -> tuple[str, Any]:
+def parse_setting(item: str, cls: type = RunConfig) -> tuple[str, Any]:
     """`KEY=VALUE` of `--set` -> (key, value), the value read as YAML reads it (`lr=0.01`,
     `shadow=false`, `target_accuracy=null`, `policy_params={k: 20}`), except that a text
     setting keeps the text as given (`data_dir=2024`). The value is checked by the caller,
@@ -412,8 +280,7 @@ def parse_setting(item: str) -> tuple[str, Any]:
             return key, param_number(name, text)
         except ValueError as exc:
             raise ConfigError(f"--set {item}: policy_params.{exc}") from None
-    if key not in _TYPES:
-        raise ConfigError(
-            f"--set {item}: unknown key {key}; allowed keys: {', '.join(RunConfig.field_names())}"
-        )
-    return key, parse_value(_TYPES[key], text)
+    rows = settings.row_map(cls)
+    if key not in rows:
+        raise ConfigError(f"--set {item}: unknown key {key}; allowed keys: {', '.join(rows)}")
+    return key, parse_value(rows[key].kind, text)

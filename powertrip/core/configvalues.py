@@ -8,44 +8,25 @@ from typing import Any
 
 import yaml
 
-from powertrip.core.clocks import CLOCKS
-from powertrip.core.deltacodec import DELTA_ENCODINGS
-from powertrip.core.outer import OUTER_OPTIMIZERS
 from powertrip.core.policies.base import param_number
-from powertrip.core.policies.objective import OBJECTIVES
-from powertrip.core.profiles import DISTANCE_DISTRIBUTIONS, LINK_MODELS, POPULATIONS
-from powertrip.core.timemodel import WORK_MODELS
+from powertrip.core.settings import field_choices
 
-ESTIMATORS = ("paper", "clock")
-POWER_MODES = ("uniform", "trace")
-TRAINERS = ("loop", "vmap")  # powertrip.core.batched.TRAINERS
-#: where tau_s comes from: as given, or measured at run start (powertrip/core/steptime.py)
-TAU_SOURCES = ("fixed", "measured")
-#: settings with a fixed set of values: checked as they are read (YAML, flags, --set), so the
-#: message names the source, and again by validate() for configs built in code
-FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "clock": CLOCKS,
-    "work_model": WORK_MODELS,
-    "estimator": ESTIMATORS,
-    "power": POWER_MODES,
-    "trainer": TRAINERS,
-    "tau_source": TAU_SOURCES,
-    "distance_distribution": DISTANCE_DISTRIBUTIONS,
-    "population": POPULATIONS,
-    "objective": OBJECTIVES,
-    "link_model": LINK_MODELS,
-    "outer_optimizer": OUTER_OPTIMIZERS,
-    "delta_encoding": DELTA_ENCODINGS,
-}
+#: settings with a fixed set of values (the table's `choices`): checked as they are read
+#: (YAML, flags, --set), so the message names the source, and again by validate() for
+#: configs built in code
+FIELD_CHOICES: dict[str, tuple[str, ...]] = field_choices()
 
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field."""
 
 
-def coerce(key: str, kind: str, value: Any, source: str) -> Any:
-    """Check the type of one setting, `kind` its annotation (`int`, `float | None`, ...);
-    ints are accepted where floats are expected."""
+def coerce(
+    key: str, kind: str, value: Any, source: str, choices: tuple[Any, ...] | None = None
+) -> Any:
+    """Check the type of one setting, `kind` its annotation (`int`, `float | None`, ...),
+    and, for a text setting, that it is one of `choices` (its row's); ints are accepted
+    where floats are expected."""
     optional = "None" in kind
     if value is None:
         if optional:
@@ -73,7 +54,6 @@ def coerce(key: str, kind: str, value: Any, source: str) -> Any:
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise TypeError
             value = str(value)
-            choices = FIELD_CHOICES.get(key)
             if choices is not None and value not in choices:
                 raise ConfigError(
                     f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}"

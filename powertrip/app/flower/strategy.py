@@ -45,23 +45,18 @@ from flwr.serverapp.strategy import FedAvg, Result
 from powertrip.app.flower.outerstep import outer_arrays
 from powertrip.app.flower.profiles import PROFILE_KEY, PROFILE_QUERY, SiteProfile, carbon_column
 from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
-from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
+from powertrip.core.clocks import CLOCKS
+from powertrip.core.outer import OuterStep
 from powertrip.core.policies import REGISTRY, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
 from powertrip.core.policies.base import ESTIMATORS, param_number
+from powertrip.core.settings import flower_default, flower_defaults_that_differ
 from powertrip.core.timemodel import WORK_MODELS, site_times_s
 
-CLOCKS = ("simulated", "wall")
-#: the strategy's defaults that are meant to differ from the services' (RunConfig's), and why;
-#: every other keyword named like a run setting takes RunConfig's default (a test holds both)
-DEFAULTS_THAT_DIFFER: dict[str, str] = {
-    "comm_directions": "2: a Flower round sends the model down and the update up, and the "
-    "strategy cannot know that a node kept the last model; the services charge the paper's "
-    "Eq. 3 (the upload alone, 1)",
-    "outer_optimizer": "fedavg: a Flower app brings its own model, data and client "
-    "optimizer, where DiLoCo's lr 0.7 and momentum 0.9 were chosen on this project's "
-    "FEMNIST CNN only; FedAvg's average is what the user's FedAvg did",
-}
+#: the strategy's defaults that are meant to differ from the services' (RunConfig's), and why,
+#: from the settings table's rows (powertrip/core/settings.py); every other keyword named
+#: like a run setting takes RunConfig's default (tests/unit/test_default_agreement.py)
+DEFAULTS_THAT_DIFFER: dict[str, str] = flower_defaults_that_differ()
 
 
 class PowerTripStrategy(FedAvg):
@@ -112,25 +107,25 @@ class PowerTripStrategy(FedAvg):
 
     def __init__(
         self,
-        policy: str = "powertrip",
+        policy: str = flower_default("policy"),
         policy_params: Mapping[str, float | str] | None = None,
         *,
         tau_s: float = 60.0,
         update_size_bytes: float | None = None,
-        comm_directions: int = 2,
-        estimator: str = "paper",
-        work_model: str = "local-steps",
-        seed: int = 0,
-        clock: str = "simulated",
+        comm_directions: int = flower_default("comm_directions"),
+        estimator: str = flower_default("estimator"),
+        work_model: str = flower_default("work_model"),
+        seed: int = flower_default("seed"),
+        clock: str = flower_default("clock"),
         accuracy_key: str = "accuracy",
         loss_key: str = "train_loss",
         target_accuracy: float = math.inf,
         profile_timeout_s: float = 60.0,
         startup_timeout_s: float = 300.0,
         profile_max_age_rounds: int = 3,
-        outer_optimizer: str = "fedavg",
-        outer_lr: float = OUTER_LR,
-        outer_momentum: float = OUTER_MOMENTUM,
+        outer_optimizer: str = flower_default("outer_optimizer"),
+        outer_lr: float = flower_default("outer_lr"),
+        outer_momentum: float = flower_default("outer_momentum"),
         out_dir: str | Path | None = None,
         fraction_train: float = 1.0,
         min_train_nodes: int = 1,

@@ -1,8 +1,8 @@
 """The docs' numbers and lists, rendered rather than typed: the README's demo table (from
 results/demo/comparison.csv, what `make demo` wrote) and headline claims (the held-out rows
-of results/claims.md), and docs/cli.md's list of policies (from the policy registry), each
-between marker lines. `make docs` rewrites them; a test (tests/unit/test_docblocks.py) fails
-when a page says something else.
+of results/claims.md), docs/cli.md's list of policies (from the policy registry) and its
+settings table (from powertrip/core/settings.py), each between marker lines. `make docs`
+rewrites them; a test (tests/unit/test_docblocks.py) fails when a page says something else.
 
     python -m powertrip.app.paper.docblocks [--check]
 """
@@ -49,7 +49,9 @@ def policy_list() -> str:
 
 def pages() -> dict[Path, dict[str, str]]:
     """Each page with rendered blocks -> its blocks."""
-    return {README: blocks(), CLI_DOC: {"policies": policy_list()}}
+    from powertrip.core.settings import markdown_table
+
+    return {README: blocks(), CLI_DOC: {"policies": policy_list(), "settings": markdown_table()}}
 
 
 def render(text: str, contents: dict[str, str]) -> str:
