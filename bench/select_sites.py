@@ -36,6 +36,7 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
     from powertrip.core.profiles import PopulationSpec, generate_population
     from powertrip.rpc.channels import open_channel
     from powertrip.rpc.heap import keep_buffers_on_heap
+    from powertrip.rpc.runsettings import settings_of
     from powertrip.rpc.sitecolumns import columns_from_profiles
     from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 
@@ -69,19 +70,17 @@ def select_p99_ms(sizes: list[int], calls: int, log_dir: Path) -> dict:
                     site_columns=columns,
                     history=history,
                     update_size_bytes=1.5e9,
-                    tau_s=60,
                     round=2,
-                    comm_directions=2,
-                    shadow=True,
+                    settings=settings_of({"tau_s": 60.0, "comm_directions": 2, "shadow": True}),
                 )
                 stub.SelectSites(request, timeout=60)  # warm-up
                 out.update(_select_times(stub, request, calls, str(n)))
             # the same at the largest size without the 7 shadow decisions (shadow=False)
-            request.shadow = False
+            request.settings.values["shadow"] = "false"
             out.update(_select_times(stub, request, calls, f"{sizes[-1]}_no_shadows"))
             # and with shadows, the sites as messages (what callers outside the aggregator
             # may send)
-            request.shadow = True
+            request.settings.values["shadow"] = "true"
             request.ClearField("site_columns")
             request.sites.extend(sites)
             out.update(_select_times(stub, request, calls, f"{sizes[-1]}_messages"))

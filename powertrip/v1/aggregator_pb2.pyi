@@ -50,7 +50,7 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., site_ids: _Optional[_Iterable[str]] = ..., site_count: _Optional[int] = ..., device: _Optional[str] = ..., join_token: _Optional[str] = ..., site_tokens: _Optional[_Mapping[str, str]] = ..., energy_meter: _Optional[str] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft", "delta_encoding")
+    __slots__ = ("run_id", "workload", "num_sites", "seed", "data_dir", "peft", "delta_encoding", "settings")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     NUM_SITES_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class RunSpec(_message.Message):
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PEFT_FIELD_NUMBER: _ClassVar[int]
     DELTA_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     workload: str
     num_sites: int
@@ -65,7 +66,8 @@ class RunSpec(_message.Message):
     data_dir: str
     peft: str
     delta_encoding: str
-    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ..., peft: _Optional[str] = ..., delta_encoding: _Optional[str] = ...) -> None: ...
+    settings: _common_pb2.RunSettings
+    def __init__(self, run_id: _Optional[str] = ..., workload: _Optional[str] = ..., num_sites: _Optional[int] = ..., seed: _Optional[int] = ..., data_dir: _Optional[str] = ..., peft: _Optional[str] = ..., delta_encoding: _Optional[str] = ..., settings: _Optional[_Union[_common_pb2.RunSettings, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "site_ids", "spec", "session_token")

@@ -1,7 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -113,3 +113,16 @@ class RoundRecord(_message.Message):
     site_num_samples: _containers.RepeatedScalarFieldContainer[int]
     site_duration_s: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, round: _Optional[int] = ..., k: _Optional[int] = ..., accuracy: _Optional[float] = ..., round_time_s: _Optional[float] = ..., predicted_round_time_s: _Optional[float] = ..., sim_time_s: _Optional[float] = ..., site_ids: _Optional[_Iterable[str]] = ..., reported_site_ids: _Optional[_Iterable[str]] = ..., site_train_loss: _Optional[_Iterable[float]] = ..., site_num_samples: _Optional[_Iterable[int]] = ..., site_duration_s: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class RunSettings(_message.Message):
+    __slots__ = ("values",)
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.ScalarMap[str, str]
+    def __init__(self, values: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from powertrip.v1 import common_pb2 as powertrip_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19powertrip/v1/policy.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"\xa0\x04\n\x12SelectSitesRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12<\n\x06params\x18\x02 \x03(\x0b\x32,.powertrip.v1.SelectSitesRequest.ParamsEntry\x12(\n\x05sites\x18\x03 \x03(\x0b\x32\x19.powertrip.v1.SiteProfile\x12*\n\x07history\x18\x04 \x03(\x0b\x32\x19.powertrip.v1.RoundRecord\x12\x19\n\x11update_size_bytes\x18\x05 \x01(\x01\x12\r\n\x05tau_s\x18\x06 \x01(\x01\x12\x17\n\x0ftarget_accuracy\x18\x07 \x01(\x01\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12\r\n\x05round\x18\t \x01(\r\x12\x17\n\x0f\x63omm_directions\x18\n \x01(\r\x12\x0e\n\x06shadow\x18\x0b \x01(\x08\x12\x11\n\testimator\x18\x0c \x01(\t\x12/\n\x0csite_columns\x18\r \x01(\x0b\x32\x19.powertrip.v1.SiteColumns\x12\x12\n\nwork_model\x18\x0e \x01(\t\x12\x11\n\tobjective\x18\x0f \x01(\t\x12\x14\n\x0c\x63\x61rbon_slack\x18\x10 \x01(\x01\x12\x13\n\x0bgpu_power_w\x18\x11 \x01(\x01\x12\x18\n\x10gpu_idle_power_w\x18\x12 \x01(\x01\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"]\n\x0eShadowDecision\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\x1e\n\x16predicted_round_time_s\x18\x03 \x01(\x01\x12\x10\n\x08site_ids\x18\x04 \x03(\t\"\xf4\x01\n\tSelection\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12\t\n\x01k\x18\x03 \x01(\r\x12\x1e\n\x16predicted_round_time_s\x18\x05 \x01(\x01\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12)\n\x04mode\x18\x07 \x01(\x0e\x32\x1b.powertrip.v1.SelectionMode\x12\x11\n\tpower_cap\x18\x08 \x01(\x01\x12-\n\x07shadows\x18\t \x03(\x0b\x32\x1c.powertrip.v1.ShadowDecisionJ\x04\x08\x04\x10\x05J\x04\x08\n\x10\x0bR\x06scoresR\x04stop\"\x15\n\x13ListPoliciesRequest\"\xa6\x01\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x43\n\x0e\x64\x65\x66\x61ult_params\x18\x03 \x03(\x0b\x32+.powertrip.v1.PolicyInfo.DefaultParamsEntry\x1a\x34\n\x12\x44\x65\x66\x61ultParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"B\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.powertrip.v1.PolicyInfo*M\n\rSelectionMode\x12\x1c\n\x18SELECTION_MODE_FEDERATED\x10\x00\x12\x1e\n\x1aSELECTION_MODE_CENTRALIZED\x10\x01\x32\xa9\x01\n\x06Policy\x12H\n\x0bSelectSites\x12 .powertrip.v1.SelectSitesRequest\x1a\x17.powertrip.v1.Selection\x12U\n\x0cListPolicies\x12!.powertrip.v1.ListPoliciesRequest\x1a\".powertrip.v1.ListPoliciesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19powertrip/v1/policy.proto\x12\x0cpowertrip.v1\x1a\x19powertrip/v1/common.proto\"\xb7\x04\n\x12SelectSitesRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12<\n\x06params\x18\x02 \x03(\x0b\x32,.powertrip.v1.SelectSitesRequest.ParamsEntry\x12(\n\x05sites\x18\x03 \x03(\x0b\x32\x19.powertrip.v1.SiteProfile\x12*\n\x07history\x18\x04 \x03(\x0b\x32\x19.powertrip.v1.RoundRecord\x12\x19\n\x11update_size_bytes\x18\x05 \x01(\x01\x12\r\n\x05round\x18\t \x01(\r\x12/\n\x0csite_columns\x18\r \x01(\x0b\x32\x19.powertrip.v1.SiteColumns\x12+\n\x08settings\x18\x13 \x01(\x0b\x32\x19.powertrip.v1.RunSettings\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\tJ\x04\x08\n\x10\x0bJ\x04\x08\x0b\x10\x0cJ\x04\x08\x0c\x10\rJ\x04\x08\x0e\x10\x0fJ\x04\x08\x0f\x10\x10J\x04\x08\x10\x10\x11J\x04\x08\x11\x10\x12J\x04\x08\x12\x10\x13R\x05tau_sR\x0ftarget_accuracyR\x04seedR\x0f\x63omm_directionsR\x06shadowR\testimatorR\nwork_modelR\tobjectiveR\x0c\x63\x61rbon_slackR\x0bgpu_power_wR\x10gpu_idle_power_w\"]\n\x0eShadowDecision\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\x1e\n\x16predicted_round_time_s\x18\x03 \x01(\x01\x12\x10\n\x08site_ids\x18\x04 \x03(\t\"\xf4\x01\n\tSelection\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x10\n\x08site_ids\x18\x02 \x03(\t\x12\t\n\x01k\x18\x03 \x01(\r\x12\x1e\n\x16predicted_round_time_s\x18\x05 \x01(\x01\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12)\n\x04mode\x18\x07 \x01(\x0e\x32\x1b.powertrip.v1.SelectionMode\x12\x11\n\tpower_cap\x18\x08 \x01(\x01\x12-\n\x07shadows\x18\t \x03(\x0b\x32\x1c.powertrip.v1.ShadowDecisionJ\x04\x08\x04\x10\x05J\x04\x08\n\x10\x0bR\x06scoresR\x04stop\"\x15\n\x13ListPoliciesRequest\"\xa6\x01\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x43\n\x0e\x64\x65\x66\x61ult_params\x18\x03 \x03(\x0b\x32+.powertrip.v1.PolicyInfo.DefaultParamsEntry\x1a\x34\n\x12\x44\x65\x66\x61ultParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"B\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.powertrip.v1.PolicyInfo*M\n\rSelectionMode\x12\x1c\n\x18SELECTION_MODE_FEDERATED\x10\x00\x12\x1e\n\x1aSELECTION_MODE_CENTRALIZED\x10\x01\x32\xa9\x01\n\x06Policy\x12H\n\x0bSelectSites\x12 .powertrip.v1.SelectSitesRequest\x1a\x17.powertrip.v1.Selection\x12U\n\x0cListPolicies\x12!.powertrip.v1.ListPoliciesRequest\x1a\".powertrip.v1.ListPoliciesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,24 +36,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SELECTSITESREQUEST_PARAMSENTRY']._serialized_options = b'8\001'
   _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._loaded_options = None
   _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._serialized_options = b'8\001'
-  _globals['_SELECTIONMODE']._serialized_start=1219
-  _globals['_SELECTIONMODE']._serialized_end=1296
+  _globals['_SELECTIONMODE']._serialized_start=1242
+  _globals['_SELECTIONMODE']._serialized_end=1319
   _globals['_SELECTSITESREQUEST']._serialized_start=71
-  _globals['_SELECTSITESREQUEST']._serialized_end=615
-  _globals['_SELECTSITESREQUEST_PARAMSENTRY']._serialized_start=570
-  _globals['_SELECTSITESREQUEST_PARAMSENTRY']._serialized_end=615
-  _globals['_SHADOWDECISION']._serialized_start=617
-  _globals['_SHADOWDECISION']._serialized_end=710
-  _globals['_SELECTION']._serialized_start=713
-  _globals['_SELECTION']._serialized_end=957
-  _globals['_LISTPOLICIESREQUEST']._serialized_start=959
-  _globals['_LISTPOLICIESREQUEST']._serialized_end=980
-  _globals['_POLICYINFO']._serialized_start=983
-  _globals['_POLICYINFO']._serialized_end=1149
-  _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._serialized_start=1097
-  _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._serialized_end=1149
-  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1151
-  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1217
-  _globals['_POLICY']._serialized_start=1299
-  _globals['_POLICY']._serialized_end=1468
+  _globals['_SELECTSITESREQUEST']._serialized_end=638
+  _globals['_SELECTSITESREQUEST_PARAMSENTRY']._serialized_start=393
+  _globals['_SELECTSITESREQUEST_PARAMSENTRY']._serialized_end=438
+  _globals['_SHADOWDECISION']._serialized_start=640
+  _globals['_SHADOWDECISION']._serialized_end=733
+  _globals['_SELECTION']._serialized_start=736
+  _globals['_SELECTION']._serialized_end=980
+  _globals['_LISTPOLICIESREQUEST']._serialized_start=982
+  _globals['_LISTPOLICIESREQUEST']._serialized_end=1003
+  _globals['_POLICYINFO']._serialized_start=1006
+  _globals['_POLICYINFO']._serialized_end=1172
+  _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._serialized_start=1120
+  _globals['_POLICYINFO_DEFAULTPARAMSENTRY']._serialized_end=1172
+  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1174
+  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1240
+  _globals['_POLICY']._serialized_start=1322
+  _globals['_POLICY']._serialized_end=1491
 # @@protoc_insertion_point(module_scope)

@@ -16,7 +16,7 @@ SELECTION_MODE_FEDERATED: SelectionMode
 SELECTION_MODE_CENTRALIZED: SelectionMode
 
 class SelectSitesRequest(_message.Message):
-    __slots__ = ("policy", "params", "sites", "history", "update_size_bytes", "tau_s", "target_accuracy", "seed", "round", "comm_directions", "shadow", "estimator", "site_columns", "work_model", "objective", "carbon_slack", "gpu_power_w", "gpu_idle_power_w")
+    __slots__ = ("policy", "params", "sites", "history", "update_size_bytes", "round", "site_columns", "settings")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -29,38 +29,18 @@ class SelectSitesRequest(_message.Message):
     SITES_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     UPDATE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
-    TAU_S_FIELD_NUMBER: _ClassVar[int]
-    TARGET_ACCURACY_FIELD_NUMBER: _ClassVar[int]
-    SEED_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
-    COMM_DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
-    SHADOW_FIELD_NUMBER: _ClassVar[int]
-    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     SITE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    WORK_MODEL_FIELD_NUMBER: _ClassVar[int]
-    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
-    CARBON_SLACK_FIELD_NUMBER: _ClassVar[int]
-    GPU_POWER_W_FIELD_NUMBER: _ClassVar[int]
-    GPU_IDLE_POWER_W_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
     policy: str
     params: _containers.ScalarMap[str, float]
     sites: _containers.RepeatedCompositeFieldContainer[_common_pb2.SiteProfile]
     history: _containers.RepeatedCompositeFieldContainer[_common_pb2.RoundRecord]
     update_size_bytes: float
-    tau_s: float
-    target_accuracy: float
-    seed: int
     round: int
-    comm_directions: int
-    shadow: bool
-    estimator: str
     site_columns: _common_pb2.SiteColumns
-    work_model: str
-    objective: str
-    carbon_slack: float
-    gpu_power_w: float
-    gpu_idle_power_w: float
-    def __init__(self, policy: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_common_pb2.RoundRecord, _Mapping]]] = ..., update_size_bytes: _Optional[float] = ..., tau_s: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., comm_directions: _Optional[int] = ..., shadow: bool = ..., estimator: _Optional[str] = ..., site_columns: _Optional[_Union[_common_pb2.SiteColumns, _Mapping]] = ..., work_model: _Optional[str] = ..., objective: _Optional[str] = ..., carbon_slack: _Optional[float] = ..., gpu_power_w: _Optional[float] = ..., gpu_idle_power_w: _Optional[float] = ...) -> None: ...
+    settings: _common_pb2.RunSettings
+    def __init__(self, policy: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., sites: _Optional[_Iterable[_Union[_common_pb2.SiteProfile, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[_common_pb2.RoundRecord, _Mapping]]] = ..., update_size_bytes: _Optional[float] = ..., round: _Optional[int] = ..., site_columns: _Optional[_Union[_common_pb2.SiteColumns, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.RunSettings, _Mapping]] = ...) -> None: ...
 
 class ShadowDecision(_message.Message):
     __slots__ = ("policy", "k", "predicted_round_time_s", "site_ids")

@@ -24,6 +24,7 @@ import numpy as np
 
 from powertrip.core.config import RunConfig
 from powertrip.rpc.channels import open_channel
+from powertrip.rpc.runsettings import settings_message
 from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from powertrip.v1 import common_pb2, policy_pb2, policy_pb2_grpc, profiler_pb2, profiler_pb2_grpc
 from services.aggregator.columns import embedded_field, with_embedded
@@ -333,18 +334,8 @@ class ControlClient:
             params=run.policy_params,
             history=self._history_messages(history),
             update_size_bytes=run.update_size_bytes,
-            tau_s=run.tau_s,
-            target_accuracy=run.target_accuracy,
-            seed=run.seed,
             round=round_no,
-            comm_directions=run.comm_directions,
-            shadow=run.shadow,
-            estimator=run.estimator,
-            work_model=run.work_model,
-            objective=run.objective,
-            carbon_slack=run.carbon_slack,
-            gpu_power_w=run.gpu_power_w,
-            gpu_idle_power_w=run.gpu_idle_power_w,
+            settings=settings_message(run, "policy"),
         )
         data = self._request_bytes(request, profiles)
         try:

@@ -14,6 +14,7 @@ import grpc
 
 from powertrip.core.config import ConfigError
 from powertrip.rpc.certificates import CertificateFacts, RevocationList, certificate_facts
+from powertrip.rpc.runsettings import settings_message
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.aggregator.config import AggregatorConfig
 from services.aggregator.control_client import round_record_message
@@ -41,6 +42,7 @@ def run_spec(config: AggregatorConfig) -> aggregator_pb2.RunSpec:
         data_dir=run.data_dir or "",
         peft=run.peft,
         delta_encoding=run.delta_encoding,
+        settings=settings_message(run, "site_worker"),
     )
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,8 @@ from powertrip.core.policies import (
     get_policy,
     shadow_names,
 )
-from powertrip.core.policies.base import ESTIMATORS
-from powertrip.core.policies.objective import CARBON_SLACK, OBJECTIVES, for_carbon, idle_ratio
-from powertrip.core.timemodel import WORK_MODELS
+from powertrip.core.policies.objective import for_carbon, idle_ratio
+from powertrip.rpc.runsettings import SettingsError, read_settings
 from powertrip.rpc.sitecolumns import ColumnsError, columns_from_profiles, num_sites
 from services.policy.config import PolicyConfig
 
@@ -127,22 +127,25 @@ def split_params(params: Mapping[str, float], config: PolicyConfig) -> tuple[dic
     return policy_params, use_measured
 
 
-def build_context(request, config: PolicyConfig) -> Context:
-    """A Context from a SelectSitesRequest; bad fields raise PolicyError naming them."""
+def run_settings(request, config: PolicyConfig) -> dict[str, Any]:
+    """The run's settings in a SelectSitesRequest (its RunSettings), checked; a request
+    that names no estimator gets this service's (`PolicyConfig.estimator`)."""
+    try:
+        run = read_settings(request.settings, "policy", {"estimator": config.estimator})
+    except SettingsError as exc:
+        raise PolicyError(str(exc)) from None
+    if run["tau_s"] is None:
+        raise PolicyError("settings: tau_s: must be given (the run's resolved tau_s)")
+    return run
+
+
+def build_context(request, config: PolicyConfig, run: Mapping[str, Any] | None = None) -> Context:
+    """A Context from a SelectSitesRequest (and its settings, `run_settings`); bad fields
+    raise PolicyError naming them."""
+    run = run_settings(request, config) if run is None else run
     if not math.isfinite(request.update_size_bytes) or request.update_size_bytes < 0:
         raise PolicyError(f"update_size_bytes must be >= 0, got {request.update_size_bytes:g}")
-    if not math.isfinite(request.tau_s) or request.tau_s <= 0:
-        raise PolicyError(f"tau_s must be > 0, got {request.tau_s:g}")
-    if request.comm_directions not in (0, 1, 2):
-        raise PolicyError(
-            f"comm_directions must be 1 (upload) or 2 (both), got {request.comm_directions}"
-        )
-    work_model = request.work_model or "local-steps"
-    if work_model not in WORK_MODELS:
-        raise PolicyError(f"work_model {work_model!r} is not one of {', '.join(WORK_MODELS)}")
-    estimator = request.estimator or config.estimator
-    if estimator not in ESTIMATORS:
-        raise PolicyError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
+    comm_directions = run["comm_directions"]
     params, use_measured = split_params(request.params, config)
     for h in request.history:
         lengths = {len(h.reported_site_ids), len(h.site_train_loss), len(h.site_num_samples),
@@ -156,16 +159,14 @@ def build_context(request, config: PolicyConfig) -> Context:
         if len(request.sites):
             raise PolicyError("give the sites as sites or as site_columns, not both")
         table = site_table_from_columns(
-            request.site_columns, request.update_size_bytes, request.comm_directions, use_measured
+            request.site_columns, request.update_size_bytes, comm_directions, use_measured
         )
     else:
-        table = site_table(
-            request.sites, request.update_size_bytes, request.comm_directions, use_measured
-        )
+        table = site_table(request.sites, request.update_size_bytes, comm_directions, use_measured)
     return Context(
         table=table,
         update_size_bytes=request.update_size_bytes,
-        tau_s=request.tau_s,
+        tau_s=run["tau_s"],
         history=tuple(
             PastRound(
                 h.round,
@@ -180,13 +181,13 @@ def build_context(request, config: PolicyConfig) -> Context:
             )  # fmt: skip
             for h in request.history
         ),
-        # 0 on the wire means "no target": never stop on accuracy
-        target_accuracy=request.target_accuracy if request.target_accuracy > 0 else math.inf,
-        seed=request.seed,
+        # no target (null): never stop on accuracy
+        target_accuracy=run["target_accuracy"] or math.inf,
+        seed=run["seed"],
         round=request.round,
-        estimator=estimator,
+        estimator=run["estimator"],
         params=params,
-        work_model=work_model,
+        work_model=run["work_model"],
     )
 
 
@@ -214,12 +215,10 @@ def shadows(chosen: str, ctx: Context) -> tuple[Shadow, ...]:
 def select(request, config: PolicyConfig) -> Chosen:
     """The whole SelectSites decision, minus the wire format."""
     policy = get_policy(request.policy)  # an unknown name fails before any work
-    objective = request.objective or "time"
-    if objective not in OBJECTIVES:
-        raise PolicyError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    ctx = build_context(request, config)
+    run = run_settings(request, config)
+    ctx = build_context(request, config, run)
     decision = policy.select(ctx)
-    if objective == "carbon":  # the shadows stay the time objective's
-        idle = idle_ratio(request.gpu_power_w, request.gpu_idle_power_w)
-        decision = for_carbon(ctx, decision, request.carbon_slack or CARBON_SLACK, idle)
-    return Chosen(ctx, decision, shadows(request.policy, ctx) if request.shadow else ())
+    if run["objective"] == "carbon":  # the shadows stay the time objective's
+        idle = idle_ratio(run["gpu_power_w"], run["gpu_idle_power_w"])
+        decision = for_carbon(ctx, decision, run["carbon_slack"], idle)
+    return Chosen(ctx, decision, shadows(request.policy, ctx) if run["shadow"] else ())

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Any
 
 import grpc
 import numpy as np
@@ -29,6 +30,7 @@ from powertrip.core.profiles import site_index
 from powertrip.core.workloads import get_workload
 from powertrip.rpc.channels import deadline_for, open_channel
 from powertrip.rpc.chunkwire import AggregatorStub, encode_chunks
+from powertrip.rpc.runsettings import read_settings
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
 from services.site_worker.config import WorkerConfig
@@ -88,6 +90,21 @@ def _wire_chunks(stub) -> bool:
     return getattr(stub, "wire_chunks", False)
 
 
+def spec_settings(spec: aggregator_pb2.RunSpec) -> dict[str, Any]:
+    """The run's settings this worker needs, from the spec's RunSettings (powertrip/rpc/
+    runsettings.py), or from its named fields when an aggregator of 1.0 sent none."""
+    if spec.settings.values:
+        return read_settings(spec.settings, "site_worker")
+    return {
+        "workload": spec.workload,
+        "num_sites": spec.num_sites,
+        "seed": spec.seed,
+        "data_dir": spec.data_dir or None,
+        "peft": spec.peft or "none",
+        "delta_encoding": spec.delta_encoding or "fp32",
+    }
+
+
 @dataclass
 class WorkerCounters:
     tasks_done: int = 0
@@ -139,7 +156,7 @@ class SiteWorker:
             try:
                 reply = stub.Register(request, timeout=10, wait_for_ready=True)
                 # how this worker's deltas cross: the run's, known from registration on
-                self.delta_encoding = reply.spec.delta_encoding or "fp32"
+                self.delta_encoding = spec_settings(reply.spec)["delta_encoding"]
                 return reply
             except grpc.RpcError as exc:
                 retriable = exc.code() in (
@@ -152,10 +169,11 @@ class SiteWorker:
 
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
-        self.workload = get_workload(spec.workload, spec.peft or None)
+        run = spec_settings(spec)
+        self.workload = get_workload(run["workload"], run["peft"])
         # a site's samples are asked for when it trains: a workload may make them then
         self.sites = self.workload.site_data(
-            self.config.data_dir or spec.data_dir or None, spec.num_sites, spec.seed
+            self.config.data_dir or run["data_dir"], run["num_sites"], run["seed"]
         )
         self.train_x, self.train_y = self.sites.pooled.x, self.sites.pooled.y
         for site in self.site_ids:

@@ -22,6 +22,7 @@ from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
 
 from powertrip.app.flower import PowerTripStrategy, RoundLog, SiteProfile  # noqa: E402
 from powertrip.core.policies import ALIASES, REGISTRY, PolicyError  # noqa: E402
+from powertrip.rpc.runsettings import settings_of  # noqa: E402
 from powertrip.v1 import common_pb2, policy_pb2  # noqa: E402
 from services.policy.config import PolicyConfig  # noqa: E402
 from services.policy.selection import select  # noqa: E402
@@ -75,14 +76,12 @@ def select_request(
             for h in history
         ],
         update_size_bytes=update_size_bytes,
-        tau_s=tau_s,
-        target_accuracy=target_accuracy,
-        seed=seed,
         round=server_round,
-        comm_directions=2,
-        estimator="paper",
-        work_model="local-steps",
-    )
+        settings=settings_of({
+            "tau_s": tau_s, "target_accuracy": target_accuracy or None, "seed": seed,
+            "comm_directions": 2, "estimator": "paper", "work_model": "local-steps",
+        }),
+    )  # fmt: skip
 
 
 def _profiles(n: int = 30, seed: int = 1) -> list[SiteProfile]:

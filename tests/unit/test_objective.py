@@ -119,6 +119,7 @@ def test_the_policy_service_takes_the_runs_gpu_powers_from_the_request():
     """SelectSites carries gpu_power_w and gpu_idle_power_w to the objective (they used to
     stop at the accounting): the same request decides as for_carbon does with their ratio,
     and a request without them (0 W) as with the accounting's defaults."""
+    from powertrip.rpc.runsettings import settings_of
     from powertrip.rpc.sitecolumns import columns_from_profiles
     from powertrip.v1 import common_pb2, policy_pb2
     from services.policy.config import PolicyConfig
@@ -133,9 +134,10 @@ def test_the_policy_service_takes_the_runs_gpu_powers_from_the_request():
 
     def chosen(**powers) -> list[str]:
         request = policy_pb2.SelectSitesRequest(
-            policy="static", params={"k": 2.0}, update_size_bytes=1e9, tau_s=60.0,
-            round=1, comm_directions=1, objective="carbon", carbon_slack=5.0,
-            site_columns=columns_from_profiles(profiles), **powers,
+            policy="static", params={"k": 2.0}, update_size_bytes=1e9, round=1,
+            site_columns=columns_from_profiles(profiles),
+            settings=settings_of({"tau_s": 60.0, "comm_directions": 1, "objective": "carbon",
+                                  "carbon_slack": 5.0, **powers}),
         )  # fmt: skip
         decision = select(request, PolicyConfig()).decision
         return sorted(IDS[i] for i in decision.order)

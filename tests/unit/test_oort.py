@@ -16,6 +16,7 @@ from powertrip.core.policies.oort import (
     paced_percentile,
     preferred_duration,
 )
+from powertrip.rpc.runsettings import settings_of
 from powertrip.v1 import common_pb2, policy_pb2
 from services.policy.config import PolicyConfig
 from services.policy.selection import build_context
@@ -113,7 +114,9 @@ def test_same_context_same_decision_and_oort_is_a_shadow():
 
 
 def test_the_wire_rejects_per_site_lists_of_different_lengths():
-    request = policy_pb2.SelectSitesRequest(policy="oort", update_size_bytes=1e9, tau_s=10.0)
+    request = policy_pb2.SelectSitesRequest(
+        policy="oort", update_size_bytes=1e9, settings=settings_of({"tau_s": 10.0})
+    )
     request.sites.add(site_id="site-000", power_fraction=1.0, bandwidth_bytes_per_s=1e9)
     request.history.append(
         common_pb2.RoundRecord(

@@ -15,6 +15,7 @@ from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import Context, SiteTable, get_policy
 from powertrip.core.policies.base import PastRound
+from powertrip.rpc.runsettings import settings_of
 from powertrip.rpc.sitecolumns import row_of
 from powertrip.v1 import common_pb2, policy_pb2, profiler_pb2
 from services.aggregator.checkpoint_store import CheckpointError, CheckpointStore
@@ -232,7 +233,9 @@ def test_the_profilers_table_bytes_go_into_the_request_as_the_same_message():
     client._parse_profiles(raw)
     columns = client._last_columns
     assert columns == profiler_pb2.GetProfilesResponse.FromString(raw).columns
-    request = policy_pb2.SelectSitesRequest(policy="static", round=2, seed=4, shadow=True)
+    request = policy_pb2.SelectSitesRequest(
+        policy="static", round=2, settings=settings_of({"seed": 4, "shadow": True})
+    )
     request.history.add(round=1, k=3, site_ids=["site-001", "site-007", "site-002"])
     expected = policy_pb2.SelectSitesRequest()
     expected.CopyFrom(request)

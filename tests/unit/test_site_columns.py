@@ -10,6 +10,7 @@ from powertrip.core.policies import REGISTRY, Context, PolicyError, SiteTable, g
 from powertrip.core.policies.base import PastRound
 from powertrip.core.policies.scoring import rank_asc, rank_desc
 from powertrip.core.profiles import PopulationSpec, generate_population
+from powertrip.rpc.runsettings import settings_of
 from powertrip.rpc.sitecolumns import (
     ColumnsError,
     columns_from_profiles,
@@ -50,10 +51,8 @@ def request(**sites) -> policy_pb2.SelectSitesRequest:
         policy="powertrip",
         history=[common_pb2.RoundRecord(round=1, k=4, accuracy=0.1, round_time_s=100.0)],
         update_size_bytes=1.5e9,
-        tau_s=60,
         round=2,
-        comm_directions=2,
-        shadow=True,
+        settings=settings_of({"tau_s": 60.0, "comm_directions": 2, "shadow": True}),
         **sites,
     )
 
