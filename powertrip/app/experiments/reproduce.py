@@ -53,7 +53,7 @@ from powertrip.app.experiments.suite import (
     static_arm,
     sweep_ks,
 )
-from powertrip.app.paper import SUITES, VARIANTS
+from powertrip.app.paper import PAPER, SUITES, VARIANTS
 from powertrip.core.config import ConfigError, RunConfig
 
 DEFAULT_SEEDS = 3
@@ -119,7 +119,7 @@ def check_sizes(
     from powertrip.app.experiments.preflight import check_sites
 
     check_sites(base)
-    for name in dict.fromkeys(r.variant for r in plan(figures, seeds, base.num_sites, ks)):
+    for name in dict.fromkeys(r.variant for r in plan(PAPER, figures, seeds, base.num_sites, ks)):
         try:
             config = variant_config(base, VARIANTS[name], base.seed, force_workload=force_workload)
         except (ConfigError, ValueError):
@@ -188,7 +188,7 @@ def _chosen(
 
 def main(args: Any) -> int:
     """Plan, run what is missing in three phases (unless --report-only), then render."""
-    figures = parse_figures(args.figure)
+    figures = parse_figures(PAPER, args.figure)
     if args.seeds < 1:
         raise ReproduceError(f"--seeds must be >= 1, got {args.seeds}")
     runs_only = bool(getattr(args, "runs_only", False))
@@ -212,13 +212,13 @@ def main(args: Any) -> int:
         meta = json.loads(meta_file.read_text())
         print(f"reproduce: rendering from {meta_file} (seeds {meta['seeds']})")
         return _render(out, figures, meta, args, [])
-    runs = plan(figures, seeds, base.num_sites, ks)
+    runs = plan(PAPER, figures, seeds, base.num_sites, ks)
     only = _only(args, runs)
     policies = _arms(args, _chosen(runs, only, None))
     runs = _chosen(runs, only, policies)
     force = bool(args.workload)
     unsupported = check_variants(
-        base, list(dict.fromkeys(r.variant for r in runs)), force_workload=force
+        base, list(dict.fromkeys(r.variant for r in runs)), variants=VARIANTS, force_workload=force
     )
     for name, why in unsupported.items():
         print(f"reproduce: set-up {name} is not run: {why}", file=sys.stderr)
@@ -226,7 +226,9 @@ def main(args: Any) -> int:
     if getattr(args, "plan", False):
         from powertrip.app.experiments.cost import estimate, plan_lines
 
-        costs, fit = estimate(runs, out, base, force_workload=bool(args.workload))
+        costs, fit = estimate(
+            runs, out, base, variants=VARIANTS, force_workload=bool(args.workload)
+        )
         cores = base.train_threads or os.cpu_count() or 1
         print("\n".join(plan_lines(costs, fit, min(cores, os.cpu_count() or 1))))
         print("plan: the refinement's midpoints and the deferred static-k* arms are planned "
@@ -264,6 +266,7 @@ def main(args: Any) -> int:
         )
         started = time.monotonic()
         common = {
+            "variants": VARIANTS,
             "budget_factor": factor,
             "force_workload": force,
             "show_progress": not args.quiet,
@@ -295,14 +298,14 @@ def main(args: Any) -> int:
                 file=sys.stderr,
             )
         if not getattr(args, "no_refine", False):
-            refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
+            refined, found = refine_runs(PAPER, out, figures, seeds, ks, base.num_sites)
             refined = _chosen(refined, only, policies)
             found = {v: ks for v, ks in found.items() if only is None or v in only}
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
-        deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
+        deferred, chosen = deferred_runs(PAPER, out, figures, seeds, ks, base.num_sites)
         deferred = _chosen(deferred, only, policies)
         deferred = [r for r in deferred if r.variant not in unsupported]
         own_specs = _specs_of(figures, only)
@@ -386,6 +389,7 @@ def _render(
 
 
 __all__ = [
+    "PAPER",
     "SUITES",
     "VARIANTS",
     "Arm",

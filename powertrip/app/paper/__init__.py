@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from powertrip.app.experiments.suite import Suite, Variant
+from powertrip.app.experiments.suite import Registry, Suite, Variant
 from powertrip.app.paper import (
     ablation,
     fig02,
@@ -35,6 +35,7 @@ from powertrip.app.paper import (
     regions_study,
     tau_sweep,
 )
+from powertrip.app.paper.data import grid_refinement, source_kstar
 
 #: in the order reports and the summary list them
 MODULES: tuple[ModuleType, ...] = (
@@ -117,4 +118,13 @@ def canonical(key: str) -> str:
     return module_of(key).SUITE.figure
 
 
-__all__ = ["FIGURES", "MODULES", "SUITES", "VARIANTS", "canonical", "module_of"]
+#: the figures as the planner and executor take them (plan.py, execution.py)
+PAPER = Registry(
+    suites=SUITES,
+    variants=VARIANTS,
+    keys={key: module.SUITE.figure for key, module in FIGURES.items()},
+    refinement=grid_refinement,
+    kstar=source_kstar,
+)
+
+__all__ = ["FIGURES", "MODULES", "PAPER", "SUITES", "VARIANTS", "canonical", "module_of"]
