@@ -33,9 +33,9 @@ from powertrip.app.clioperators import (
     site_bundle_command,
 )
 from powertrip.app.cliparser import build_parser
-from powertrip.app.clireproduce import reproduce_command
 from powertrip.core.config import ConfigError
 from powertrip.core.kernels import KernelsError, pin_cpu_kernels
+from reproduction.cli import reproduce_command
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,12 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_reproduce_options(parser: argparse.ArgumentParser) -> None:
     """The `reproduce` subcommand's options."""
-    from powertrip.app.experiments.reproduce import (
+    from reproduction.paper import FIGURES
+    from reproduction.reproduce import (
         DEFAULT_BUDGET_FACTOR,
         DEFAULT_CONFIG,
         DEFAULT_SEEDS,
     )
-    from powertrip.app.paper import FIGURES
 
     parser.add_argument(
         "--figure",

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from powertrip.app.experiments import reproduce as R
 from powertrip.app.experiments.grouplock import LOCK_NAME, GroupLock
 from powertrip.app.experiments.jobs import helper_argv
+from reproduction import reproduce as R
 
 HOLD = """
 import sys, time

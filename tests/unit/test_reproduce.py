@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.app.experiments import reproduce as R
 from powertrip.app.experiments.suite import Variant, refine_ks
-from powertrip.app.paper import FIGURES, module_of
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY
+from reproduction import reproduce as R
+from reproduction.paper import FIGURES, module_of
 
 BASE = RunConfig(workload="femnist", lr=0.1, target_accuracy=0.45, max_rounds=60)
 
@@ -448,7 +448,7 @@ def test_a_narrower_command_keeps_the_record_of_a_wider_one():
 def test_a_narrower_command_records_only_the_k_star_of_its_own_set_ups():
     """--only links-fig5-clock resolves static-k@uniform* on its own seeds too; the record
     keeps only the spec its set-ups use (the uniform k* stays the wider command's)."""
-    from powertrip.app.experiments.reproduce import _specs_of
+    from reproduction.reproduce import _specs_of
 
     assert _specs_of(["ablation"], {"links-fig5-clock"}) == {"powertrip", "static-k@links-fig5*"}
     every = _specs_of(["ablation"], None)

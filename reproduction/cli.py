@@ -1,4 +1,4 @@
-"""`powertrip reproduce`: the paper's evaluation (powertrip/app/experiments/reproduce.py)
+"""`powertrip reproduce`: the paper's evaluation (reproduction/reproduce.py)
 with the CLI's exit codes and messages, and `reproduce --set` written into the base
 configuration file that reproduce reads."""
 
@@ -23,11 +23,11 @@ from powertrip.core.config import PARAM_PREFIX, ConfigError, RunConfig, parse_se
 
 def reproduce_command(args: argparse.Namespace) -> int:
     """`powertrip reproduce`, its errors as one line and an exit code (cliexit.py)."""
-    from powertrip.app.experiments import reproduce
     from powertrip.app.experiments.launcher import LaunchError, stop_services_on_signals
     from powertrip.app.experiments.runner import ChildExited, RunError
     from powertrip.app.report import ReportError
     from powertrip.core.workloads import DataError, UnknownWorkload
+    from reproduction import reproduce
 
     with stop_services_on_signals():
         try:
@@ -58,8 +58,8 @@ def reproduce_config(args: argparse.Namespace, path: Path) -> Path:
     """`reproduce --set`: the base configuration file with the --set values written into it
     (reproduce reads its base from a file, then applies its own flags). A --set of a setting
     that one of reproduce's flags then replaces is refused rather than silently lost."""
-    from powertrip.app.experiments import reproduce
     from powertrip.app.experiments.suite import WORKLOAD_FIELDS
+    from reproduction import reproduce
 
     source = Path(args.config) if args.config else reproduce.DEFAULT_CONFIG
     config = RunConfig.from_yaml(source).with_settings(args.settings).validate()

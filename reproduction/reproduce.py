@@ -1,8 +1,9 @@
 """`powertrip reproduce`: plan, execute and render the paper's evaluation (§5, Figs. 5-14).
 
-What each figure needs (set-ups, arms, claims, plots) lives in `powertrip.app.paper`, one module
-per figure; `powertrip.app.experiments.plan` turns figures into runs; this module executes what
-is missing and calls the renderer. Runs are keyed by (variant, seed, arm) and live in
+What each figure needs (set-ups, arms, claims, plots) lives in `reproduction.paper`, one
+module per figure; the library's planner (`powertrip.app.experiments.plan`) turns figures into
+runs, handed the paper's registry (`paper.PAPER`); this module executes what is missing and
+calls the renderer. Runs are keyed by (variant, seed, arm) and live in
 OUT/runs/<variant>/seed<s>/<arm>/, so figures that share a set-up share its runs, and a run
 whose summary.json says "done" with the same settings is never run again: a killed
 reproduce picks up where it stopped.
@@ -53,12 +54,12 @@ from powertrip.app.experiments.suite import (
     static_arm,
     sweep_ks,
 )
-from powertrip.app.paper import PAPER, SUITES, VARIANTS
 from powertrip.core.config import ConfigError, RunConfig
+from reproduction.paper import PAPER, SUITES, VARIANTS
 
 DEFAULT_SEEDS = 3
 DEFAULT_BUDGET_FACTOR = 1.5
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "reproduce.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "reproduce.yaml"
 
 #: --quick: a tiny set-up for tests and smoke checks (any workload, usually synthetic)
 QUICK_OVERRIDES: dict[str, Any] = {
@@ -362,7 +363,7 @@ def _render(
     out: Path, figures: Sequence[str], meta: Mapping[str, Any], args: Any, logs: list[RunLog]
 ) -> int:
     from powertrip.app.experiments.sitetables import share_all
-    from powertrip.app.paper.render import render_all
+    from reproduction.paper.render import render_all
 
     saved = share_all(out / "runs")
     if saved:

@@ -5,8 +5,8 @@ Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's 
 the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
 meta)`, and optionally `table(data, meta)` to replace the default times table (titled
 `TABLE_TITLE`) and `NOTES` for a figure without set-ups (Figs. 2, 3, 5 need no runs). This
-registry maps a figure key to its module; `powertrip.app.experiments.reproduce` plans and runs
-from it and `powertrip.app.paper.render` renders from it. Nothing here imports reproduce.
+registry maps a figure key to its module; `reproduction.reproduce` plans and runs
+from it and `reproduction.paper.render` renders from it. Nothing here imports reproduce.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from powertrip.app.experiments.suite import Registry, Suite, Variant
-from powertrip.app.paper import (
+from reproduction.paper import (
     ablation,
     fig02,
     fig03,
@@ -35,7 +35,7 @@ from powertrip.app.paper import (
     regions_study,
     tau_sweep,
 )
-from powertrip.app.paper.data import grid_refinement, source_kstar
+from reproduction.paper.data import grid_refinement, source_kstar
 
 #: in the order reports and the summary list them
 MODULES: tuple[ModuleType, ...] = (
