@@ -101,7 +101,7 @@ demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 # the README's demo table and headline claims, from results/demo/comparison.csv (copy
 # runs/demo/comparison.csv there after a make demo that changed it) and results/claims.md
 docs: setup  ## render the README's numbers from results/ and docs/cli.md's policy list
-	$(BIN)/python -m powertrip.app.paper.docblocks
+	$(BIN)/python -m reproduction.paper.docblocks
 
 test: setup  ## the fast tier: every test but the slow end-to-end runs and the replay tier
 	$(BIN)/pytest -q -m "not slow and not replay"

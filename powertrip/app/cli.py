@@ -32,8 +32,7 @@ from powertrip.app.clioperators import (
     revoke_command,
     site_bundle_command,
 )
-from powertrip.app.cliparser import build_parser
-from powertrip.app.clireproduce import reproduce_command
+from powertrip.app.cliparser import build_parser, reproduction_cli
 from powertrip.core.config import ConfigError
 from powertrip.core.kernels import KernelsError, pin_cpu_kernels
 
@@ -90,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         why = "must be >= 0" if gpus < 0 else "asks Ray for GPUs: it needs --ray ADDRESS"
         print(f"powertrip {args.command}: --ray-gpus {gpus:g} {why}", file=sys.stderr)
         return EXIT_USAGE
-    if args.command == "reproduce":
+    reproduction = reproduction_cli() if args.command == "reproduce" else None
+    if reproduction is not None:  # the parser offers `reproduce` only where it is there
         args.argv = argv  # --jobs starts its helpers with the same arguments
-        return reproduce_command(args)
+        return reproduction.reproduce_command(args)
     from powertrip.app.experiments import commands
     from powertrip.app.experiments.launcher import LaunchError, stop_services_on_signals
     from powertrip.app.experiments.preflight import UnknownPolicy, preflight

@@ -6,7 +6,9 @@ in clioperatorparser.py."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
+from types import ModuleType
 
 from powertrip.app.cliflags import (
     FORMATS,
@@ -15,7 +17,6 @@ from powertrip.app.cliflags import (
     add_ray_option,
     add_result_format_option,
     add_run_options,
-    add_set_option,
     add_time_budget_option,
 )
 from powertrip.app.clioperatorparser import add_operator_commands
@@ -29,6 +30,22 @@ def version() -> str:
         import powertrip
 
         return getattr(powertrip, "__version__", "unknown")
+
+
+#: the paper's reproduction's command line (`reproduce`), in a package beside the library that
+#: imports the library: found by this name, so the library itself imports none of it
+REPRODUCTION_CLI = "reproduction.cli"
+
+
+def reproduction_cli() -> ModuleType | None:
+    """reproduction/cli.py where the reproduction is there (a clone, the wheel), else None and
+    no `reproduce` command (an image that carries only the library and the services)."""
+    try:
+        return importlib.import_module(REPRODUCTION_CLI)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (REPRODUCTION_CLI, REPRODUCTION_CLI.partition(".")[0]):
+            raise  # the reproduction is there but something it needs is not: say so
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,14 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_time_budget_option(sweep)
     add_ray_option(sweep)
 
-    reproduce = sub.add_parser(
-        "reproduce",
-        help="the paper's evaluation (Figs. 8-14) over several seeds, resumable, with "
-        "claims tables",
-    )
-    add_reproduce_options(reproduce)
-    add_set_option(reproduce)
-    add_ray_option(reproduce)
+    reproduction = reproduction_cli()
+    if reproduction is not None:
+        reproduction.add_command(sub)
 
     report = sub.add_parser("report", help="render plots and report.html for a finished directory")
     report.add_argument("dir")
@@ -173,91 +185,3 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_operator_commands(sub)
     return parser
-
-
-def add_reproduce_options(parser: argparse.ArgumentParser) -> None:
-    """The `reproduce` subcommand's options."""
-    from powertrip.app.experiments.reproduce import (
-        DEFAULT_BUDGET_FACTOR,
-        DEFAULT_CONFIG,
-        DEFAULT_SEEDS,
-    )
-    from powertrip.app.paper import FIGURES
-
-    parser.add_argument(
-        "--figure",
-        default="all",
-        help=f"which figure(s): {', '.join(FIGURES)}, a comma list or all (6 and 7 share runs)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=DEFAULT_SEEDS,
-        help=f"seeds per run, from the config's seed on (default {DEFAULT_SEEDS})",
-    )
-    parser.add_argument("--out", default="runs/reproduce", help="output directory")
-    parser.add_argument(
-        "--config", help=f"base run configuration (default {DEFAULT_CONFIG.name} in configs/)"
-    )
-    parser.add_argument("--workload", help="run every figure on this workload instead")
-    parser.add_argument("--sites", type=int, help="number of sites (default: the config's)")
-    parser.add_argument(
-        "--k",
-        help="static-k sweep grid (default: 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100 %% of "
-        "the sites)",
-    )
-    parser.add_argument(
-        "--no-refine",
-        action="store_true",
-        help="skip the refinement step (the midpoints beside the sweep grid's k*)",
-    )
-    parser.add_argument(
-        "--budget-factor",
-        type=float,
-        default=None,
-        help=f"cut every arm off at this multiple of PowerTrip's time to target in its "
-        f"set-up and seed (default {DEFAULT_BUDGET_FACTOR}; 0 = never)",
-    )
-    parser.add_argument("--workers", type=int, help="site-worker processes per run")
-    parser.add_argument("--data-dir", help="data directory for the workload")
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="render reports from finished runs only (with the seeds and settings recorded in "
-        "OUT/reproduce.json)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="run up to this many set-up/seed groups at once, in helper processes beside "
-        "this one (default 1; each group is locked, so processes never share one)",
-    )
-    parser.add_argument(
-        "--runs-only",
-        action="store_true",
-        help="make the planned runs and stop: no refinement, no deferred arms, no reports "
-        "(what --jobs helpers do; for another process beside a running reproduce)",
-    )
-    parser.add_argument(
-        "--only",
-        metavar="SETUPS",
-        help="run only these set-ups of the figures (comma-separated, e.g. two-directions); the "
-        "reports still read every finished run",
-    )
-    parser.add_argument(
-        "--arms",
-        metavar="POLICIES",
-        help="run only the arms of these policies (comma-separated, e.g. static: a set-up's "
-        "sweep on more seeds without its online arms); the reports still read every "
-        "finished run",
-    )
-    parser.add_argument(
-        "--plan",
-        action="store_true",
-        help="print the runs still to make and their estimated wall time and CPU hours "
-        "(fitted on the finished runs in --out), then stop: nothing is run",
-    )
-    parser.add_argument("--summary", help="also copy the summary table (claims.md) here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """The weights of the power-to-cost score (paper Eq. 8), in one place: the policies score
 with them (powertrip/core/policies/scoring.py) and the Fig. 13 report checks them
-(powertrip/app/paper/fig13.py) without importing the policy service."""
+(reproduction/paper/fig13.py) without importing the policy service."""
 
 from __future__ import annotations
 

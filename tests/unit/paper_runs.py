@@ -1,12 +1,12 @@
-"""Hand-made runs in memory for the tests of powertrip.app.paper (test_paper_*.py): a run
+"""Hand-made runs in memory for the tests of reproduction.paper (test_paper_*.py): a run
 with its rounds, and a set-up whose arms took given times to target (no training)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from powertrip.app.paper.data import VariantData, kstar
 from powertrip.app.report.result import RunResult
+from reproduction.paper.data import VariantData, kstar
 
 
 def _run(

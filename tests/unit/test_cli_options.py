@@ -199,7 +199,7 @@ def test_previous_run_judges_reuse(tmp_path):
 
 
 def test_reproduce_set_is_written_into_its_base_config(tmp_path, capsys):
-    from powertrip.app.clireproduce import reproduce_config
+    from reproduction.cli import reproduce_config
 
     args = build_parser().parse_args(
         ["reproduce", "--set", "lr=0.05", "--set", "policy_params.window=3"]

@@ -1,11 +1,11 @@
 """The README's demo table and headline claims are what results/ renders
-(powertrip/app/paper/docblocks.py), never numbers typed by hand."""
+(reproduction/paper/docblocks.py), never numbers typed by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from powertrip.app.paper import docblocks as D
+from reproduction.paper import docblocks as D
 
 
 def test_the_readme_says_what_results_renders():

@@ -1,13 +1,13 @@
-"""Fig. 11's premise check (powertrip/app/paper/fig11_regime.py) on made-up accuracy curves."""
+"""Fig. 11's premise check (reproduction/paper/fig11_regime.py) on made-up accuracy curves."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from powertrip.app.experiments import reproduce as R
-from powertrip.app.paper import fig11_regime as F
-from powertrip.app.paper.data import load_variant
+from reproduction import reproduce as R
+from reproduction.paper import fig11_regime as F
+from reproduction.paper.data import load_variant
 from tests.unit.test_reproduce import write_run
 
 

@@ -1,4 +1,4 @@
-"""Can a run tell one k from another by its progress (powertrip/app/paper/gain_noise.py)?
+"""Can a run tell one k from another by its progress (reproduction/paper/gain_noise.py)?
 Hand-made runs, paired by seed: the mean difference of progress per round against its spread
 over seeds, at each horizon, by accuracy and by held-out loss."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from powertrip.app.paper import gain_noise as G
 from powertrip.app.report.rundir import load_run
+from reproduction.paper import gain_noise as G
 from tests.unit.test_reproduce import write_run
 
 G_CLAIM = (

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from powertrip.app.experiments import reproduce as R
 from powertrip.app.experiments.grouplock import LOCK_NAME, GroupLock
 from powertrip.app.experiments.jobs import helper_argv
+from reproduction import reproduce as R
 
 HOLD = """
 import sys, time
@@ -56,12 +56,17 @@ def test_the_same_process_may_take_a_lock_again_after_release(tmp_path):
 
 
 def test_execute_leaves_a_locked_group_to_its_owner_and_runs_nothing(tmp_path):
-    runs = R.plan(["10"], [0], 100, [10, 70])
+    runs = R.plan(R.PAPER, ["10"], [0], 100, [10, 70])
     holder = _holder(tmp_path / "runs" / "uniform" / "seed0")
     try:
         lines: list[str] = []
         logs = R.execute(
-            runs, tmp_path, R.base_config(_args()), budget_factor=1.5, log=lines.append
+            runs,
+            tmp_path,
+            R.base_config(_args()),
+            variants=R.VARIANTS,
+            budget_factor=1.5,
+            log=lines.append,
         )
     finally:
         holder.kill()

@@ -1,4 +1,4 @@
-"""The held-out protocol (powertrip/app/paper/heldout.py): k* from the training seeds only,
+"""The held-out protocol (reproduction/paper/heldout.py): k* from the training seeds only,
 paired per-seed comparisons with a bootstrap CI, and the per-seed oracle."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from powertrip.app.experiments import reproduce as R
-from powertrip.app.paper import heldout as H
 from powertrip.app.report import claims as C
+from reproduction import reproduce as R
+from reproduction.paper import heldout as H
 from tests.unit.test_reproduce import made_up_sweep, write_run
 
 GRID = [2, 3, 5]

@@ -1,4 +1,5 @@
-"""The import graph of `powertrip/`, `services/` and `bench/`: no circle (issue #17) and
+"""The import graph of `powertrip/`, `services/`, `bench/` and `reproduction/`: no circle
+(issue #17) and
 the floors of the library (issue #32), counting every import in a file: module level,
 inside functions and under TYPE_CHECKING alike, and package __init__ re-exports. A
 function-body import hides a dependency from the interpreter, not from a reader.
@@ -9,22 +10,26 @@ The floors, bottom up (`powertrip/__init__.py` says what each holds):
 * edge (`powertrip.v1`, `powertrip.rpc`, `powertrip.linkshaping`): core and edge;
 * each service (`services.<name>`): core, edge and its own package, never another service;
 * application (`powertrip.app`): any floor of the library, never a service (it starts them
-  as processes by module name).
+  as processes by module name);
+* the paper's reproduction (`reproduction`, beside the library, issue #66): any floor of the
+  library and itself, never a service; nothing in the library, the services or `bench/`
+  imports it (the CLI finds `reproduction.cli` by name, in one place).
 
 Nothing imports the application but the entry point `powertrip.__main__` (and `bench/`, a
-harness that drives the product as a user does). The bare `powertrip` package (its
-`__version__`) is below every floor.
+harness that drives the product as a user does, and the reproduction, which builds on it).
+The bare `powertrip` package (its `__version__`) is below every floor.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-PACKAGES = ("powertrip", "services", "bench")
+PACKAGES = ("powertrip", "services", "bench", "reproduction")
 
 
 def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[Path, bool]]:
@@ -163,7 +168,8 @@ def _under(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def floor(module: str) -> str:
-    """The floor a module belongs to: core, edge, app, service:<name>, bench, entry, root."""
+    """The floor a module belongs to: core, edge, app, service:<name>, bench, reproduction,
+    entry, root."""
     if module == "powertrip":
         return "root"
     if module == "powertrip.__main__":
@@ -180,6 +186,8 @@ def floor(module: str) -> str:
         return "service:" + module.split(".")[1]
     if _under(module, ("bench",)):
         return "bench"
+    if _under(module, ("reproduction",)):
+        return "reproduction"
     return "loose"
 
 
@@ -191,6 +199,7 @@ ALLOWED: dict[str, set[str]] = {
     "entry": {"root", "app"},
     "service": {"root", "core", "edge"},
     "bench": {"root", "core", "edge", "app", "bench", "service"},
+    "reproduction": {"root", "core", "edge", "app", "reproduction"},
     "root": {"root"},
 }
 
@@ -230,6 +239,56 @@ def test_the_library_keeps_its_floors():
     assert not found, "imports against the floors:\n" + "\n".join(found)
 
 
+def test_nothing_in_the_library_or_the_services_imports_the_reproduction():
+    """The reproduction builds on the library, never the reverse: no module of powertrip/,
+    services/ or bench/ imports one of reproduction/, anywhere in its file."""
+    graph = import_graph(ROOT)
+    found = sorted(
+        f"{module} -> {target}"
+        for module, imported in graph.items()
+        if not _under(module, ("reproduction",))
+        for target in imported
+        if _under(target, ("reproduction",))
+    )
+    assert not found, "imports of the reproduction:\n" + "\n".join(found)
+    assert any(_under(m, ("reproduction",)) for m in graph), "reproduction/ is not in the graph"
+
+
+def test_the_reproduction_imports_no_service():
+    graph = import_graph(ROOT)
+    found = sorted(
+        f"{module} -> {target}"
+        for module, imported in graph.items()
+        if _under(module, ("reproduction",))
+        for target in imported
+        if floor(target).startswith("service:")
+    )
+    assert not found, "the reproduction imports a service:\n" + "\n".join(found)
+
+
+def _module_names(path: Path) -> list[str]:
+    """String constants in a file that name a module of the reproduction ('reproduction.cli')."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"reproduction(\.\w+)*", node.value)
+    ]
+
+
+def test_the_library_names_the_reproduction_only_for_its_command():
+    """The one way in from the library: cliparser.py imports `reproduction.cli` by name (for
+    `powertrip reproduce`); no other module of powertrip/ or services/ names a module of it."""
+    named = {
+        str(path.relative_to(ROOT)): names
+        for package in ("powertrip", "services")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (names := _module_names(path))
+    }
+    assert named == {"powertrip/app/cliparser.py": ["reproduction.cli"]}
+
+
 def test_no_loose_module_at_the_library_root():
     """Every module of powertrip/ is in a floor's folder but the package and its entry."""
     loose = sorted(
@@ -249,7 +308,8 @@ def _plant(root: Path, files: dict[str, str]) -> None:
 
 def test_the_floor_check_fails_on_planted_violations(tmp_path: Path):
     """The check can fail: a core module importing the application, a service importing
-    another service, the core importing grpc, and an edge module reading a service."""
+    another service, the core importing grpc, an edge module reading a service, the
+    application importing the reproduction and the reproduction importing a service."""
     _plant(
         tmp_path,
         {
@@ -269,16 +329,24 @@ def test_the_floor_check_fails_on_planted_violations(tmp_path: Path):
             "services/aggregator/loop.py": "from services.policy.servicer import X\n",
             "bench/__init__.py": "",
             "bench/b.py": "from services.policy import servicer\nfrom powertrip.app import cli\n",
+            "powertrip/app/paper.py": "def f():\n    from reproduction import figures\n",
+            "reproduction/__init__.py": "",
+            "reproduction/figures.py": "from services.policy import servicer\n",
         },
     )
-    graph = import_graph(tmp_path, ("powertrip", "services", "bench"))
-    found = layer_violations(graph, module_files(tmp_path, ("powertrip", "services", "bench")))
+    packages = ("powertrip", "services", "bench", "reproduction")
+    graph = import_graph(tmp_path, packages)
+    found = layer_violations(graph, module_files(tmp_path, packages))
     assert found == [
+        "powertrip.app.paper -> reproduction (app may not import reproduction)",
+        "powertrip.app.paper -> reproduction.figures (app may not import reproduction)",
         "powertrip.core.math -> powertrip.app (core may not import app)",
         "powertrip.core.math -> powertrip.app.cli (core may not import app)",
         "powertrip.core.math -> grpc (the core imports no gRPC or protobuf)",
         "powertrip.rpc.wire -> services.policy (imports a service)",
         "powertrip.rpc.wire -> services.policy.servicer (imports a service)",
+        "reproduction.figures -> services.policy (imports a service)",
+        "reproduction.figures -> services.policy.servicer (imports a service)",
         "services.aggregator.loop -> services.policy (imports a service)",
         "services.aggregator.loop -> services.policy.servicer (imports a service)",
     ]

@@ -1,4 +1,4 @@
-"""The outer-step study (powertrip/app/paper/outer_study.py): its set-ups are the base
+"""The outer-step study (reproduction/paper/outer_study.py): its set-ups are the base
 set-ups with the Nesterov step (and int8 deltas) and nothing else changed, the grid runs
 only the static k it is given, and the grid rows pair each point with FedAvg by seed."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from powertrip.app.paper import VARIANTS, outer_study
-from powertrip.app.paper.data import UNIFORM
 from powertrip.core.config import RunConfig
+from reproduction.paper import VARIANTS, outer_study
+from reproduction.paper.data import UNIFORM
 
 
 def test_a_study_set_up_is_its_base_with_the_outer_step_and_encoding_only():
@@ -34,7 +34,7 @@ def test_every_grid_point_is_a_registered_set_up_that_runs_a_static_sweep_only()
 
 
 def test_without_runs_the_grid_rows_say_not_run(tmp_path):
-    from powertrip.app.paper.data import VariantData
+    from reproduction.paper.data import VariantData
 
     train = VariantData("uniform", "u", ["static-k3"], all_seeds=[0, 1, 2, 3, 4])
     train.kstar = 3

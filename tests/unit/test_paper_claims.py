@@ -4,15 +4,15 @@ weights."""
 
 from __future__ import annotations
 
-from powertrip.app.paper import (
+from powertrip.app.report import claims as C
+from reproduction.paper import (
     fig06_07,
     fig08,
     fig09,
     fig10,
 )
-from powertrip.app.paper.ablation import table as ablation_table
-from powertrip.app.paper.data import VariantData
-from powertrip.app.report import claims as C
+from reproduction.paper.ablation import table as ablation_table
+from reproduction.paper.data import VariantData
 from tests.unit.paper_runs import _run, _variant
 
 FIG9_TIMES: dict[str, list[float | None]] = {
@@ -180,8 +180,8 @@ def test_fig13_checks_the_score_weights_with_the_runs_m_ref():
     """alpha > beta at 1 GB and beta > alpha at 2 GB (paper §5.4), from Eq. 8's weights
     (the function the policies score with) and the M_ref PowerTrip ran with; no runs
     needed."""
-    from powertrip.app.paper import fig13
     from powertrip.core.policies import REGISTRY, scoring
+    from reproduction.paper import fig13
 
     assert scoring.weights(1e9, 1.5e9) == fig13.weights(1e9, 1.5e9) == (0.6, 0.4)
     scored = [c for c in REGISTRY.values() if "m_ref_gb" in c.default_params]

@@ -1,18 +1,18 @@
-"""powertrip.app.paper's accuracy at equal time (each arm's accuracy at PowerTrip's time to
+"""reproduction.paper's accuracy at equal time (each arm's accuracy at PowerTrip's time to
 target), its claim and table columns, and Fig. 9's footprint columns, on hand-made rounds."""
 
 from __future__ import annotations
 
-from powertrip.app.paper import (
+from reproduction.paper import (
     fig09,
 )
-from powertrip.app.paper.common import (
+from reproduction.paper.common import (
     AccuracyAt,
     accuracy_at_powertrip_time,
     equal_time_claim,
     fmt_accuracy_at,
 )
-from powertrip.app.paper.data import VariantData
+from reproduction.paper.data import VariantData
 from tests.unit.paper_runs import _run
 
 
@@ -62,7 +62,7 @@ def test_equal_time_claim_compares_baselines_that_never_reached_the_target():
 
 
 def test_time_table_has_the_equal_time_column():
-    from powertrip.app.paper.render import time_table
+    from reproduction.paper.render import time_table
 
     table = time_table(_equal_time_variant(), ["powertrip", "static-k10", "radius"])
     assert table.headers[-1] == "accuracy at PowerTrip's time to target"
@@ -70,8 +70,8 @@ def test_time_table_has_the_equal_time_column():
 
 
 def test_fig9_table_adds_energy_cost_and_carbon_to_target():
-    from powertrip.app.paper.render import fmt_footprint
     from powertrip.app.report.objectives import RANKINGS
+    from reproduction.paper.render import fmt_footprint
 
     v = _equal_time_variant()
     for seed, run in v.runs["powertrip"].items():
@@ -83,7 +83,7 @@ def test_fig9_table_adds_energy_cost_and_carbon_to_target():
     assert fmt_footprint(v.runs_of("powertrip"), cost) == "1.00 ± 0.00"
     assert fmt_footprint(v.runs_of("radius"), energy) == "> 9.000"
     assert fmt_footprint(v.runs_of("static-k10"), energy) == "-"  # runs before the accounting
-    from powertrip.app.paper.render import time_table
+    from reproduction.paper.render import time_table
 
     assert fig09.TABLE_FOOTPRINT  # render_figure asks time_table for these columns
     table = time_table(v, ["powertrip", "static-k10", "radius"], footprint=True)

@@ -1,10 +1,10 @@
-"""powertrip.app.paper's k* (the lowest mean time among the ks that always reach, else the
+"""reproduction.paper's k* (the lowest mean time among the ks that always reach, else the
 best bound) and a run cut off by the budget, on hand-made runs (no training)."""
 
 from __future__ import annotations
 
-from powertrip.app.paper.data import sample_of
 from powertrip.app.report import claims as C
+from reproduction.paper.data import sample_of
 from tests.unit.paper_runs import _run, _variant
 
 

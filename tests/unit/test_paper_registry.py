@@ -1,4 +1,4 @@
-"""The per-figure modules of powertrip.app.paper: the registry of figures and suites, and
+"""The per-figure modules of reproduction.paper: the registry of figures and suites, and
 their layering (no import of reproduce, no module over 400 lines)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from powertrip.app import paper
-from powertrip.app.paper import (
+from reproduction import paper
+from reproduction.paper import (
     FIGURES,
     MODULES,
     SUITES,
@@ -46,8 +46,8 @@ def _imports(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative to powertrip.app.paper
-                package = ["powertrip", "paper"][: 3 - node.level]
+            if node.level:  # relative to reproduction.paper
+                package = ["reproduction", "paper"][: 3 - node.level]
                 base = ".".join([*package, *([base] if base else [])])
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
@@ -59,7 +59,7 @@ def test_no_paper_module_imports_reproduce():
     files = sorted(PAPER_DIR.glob("*.py"))
     assert len(files) >= 10
     for file in files:
-        forbidden = ("powertrip.app.experiments.reproduce", "powertrip.app.experiments.plan")
+        forbidden = ("reproduction.reproduce", "reproduction.cli", "powertrip.app.experiments.plan")
         bad = {m for m in _imports(file) if m.startswith(forbidden)}
         assert not bad, f"{file.name} imports {bad}"
 

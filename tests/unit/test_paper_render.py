@@ -1,4 +1,4 @@
-"""powertrip.app.paper's figures rendered from made-up run directories (Figs. 9 and 13, the
+"""reproduction.paper's figures rendered from made-up run directories (Figs. 9 and 13, the
 ablation, links-fig5's own sweep) and Fig. 5 from the population alone (no training)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.app.paper import (
+from powertrip.app.report import claims as C
+from reproduction.paper import (
     fig05,
     fig09,
 )
-from powertrip.app.report import claims as C
 
 # ---- rendering from run directories ------------------------------------------------------
 #: three rounds that reach 45 % at 0.9 h (the other arms are cut off at 1.35 h)
@@ -45,7 +45,7 @@ def write_arms(
 
 @pytest.mark.parametrize("figure", ["9", "13", "ablation"])
 def test_a_figure_renders_from_made_up_run_directories(tmp_path, figure):
-    from powertrip.app.paper.render import render_all
+    from reproduction.paper.render import render_all
     from tests.unit.test_reproduce import made_up_sweep
 
     out = tmp_path
@@ -88,7 +88,7 @@ def test_links_fig5_reads_its_own_sweep_to_30_percent_and_the_clock_row_uses_its
 ):
     """links-fig5's sweep stops at 30 % of the sites: its seeds are complete without the
     larger k, a run past 30 % is not its k*, and links-fig5-clock compares with that k*."""
-    from powertrip.app.paper.render import load_figure, render_all
+    from reproduction.paper.render import load_figure, render_all
     from tests.unit.test_reproduce import made_up_sweep
 
     seeds = [0, 1]
@@ -121,8 +121,8 @@ def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
     """Fig. 13's later arms (Fig. 9's baselines at 1 and 2 GB) hold back none of the other
     claims: one finished in every complete seed is compared, one finished in some seeds
     only is left out (not run yet), one never run is 'not run'."""
-    from powertrip.app.paper import fig13
-    from powertrip.app.paper.render import load_figure, render_all
+    from reproduction.paper import fig13
+    from reproduction.paper.render import load_figure, render_all
     from tests.unit.test_reproduce import made_up_sweep, write_run
 
     seeds = [0, 1]
@@ -152,8 +152,8 @@ def test_fig13_compares_every_baseline_it_has_and_waits_for_the_rest(tmp_path):
 @pytest.mark.parametrize("link_model", ["inverse", "fig5"])
 def test_fig5_renders_from_the_population_alone(tmp_path, link_model):
     """No run directories: the figure, its table and claims come from the base config."""
-    from powertrip.app.paper.render import render_all
     from powertrip.core.config import RunConfig
+    from reproduction.paper.render import render_all
 
     base = RunConfig(link_model=link_model, update_size_gb=1.5).to_dict()
     meta = {"seeds": [0], "sweep_k": [], "base_config": base, "cores": 2}

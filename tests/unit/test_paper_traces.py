@@ -3,16 +3,16 @@ claim as the paper states it (issue #36)."""
 
 from __future__ import annotations
 
-from powertrip.app.paper import fig02, fig03, fig12
-from powertrip.app.paper.data import VariantData
 from powertrip.app.report import claims as C
 from powertrip.core.config import RunConfig
+from reproduction.paper import fig02, fig03, fig12
+from reproduction.paper.data import VariantData
 
 META = {"seeds": [0], "sweep_k": [], "base_config": RunConfig().to_dict(), "cores": 2}
 
 
 def test_figs_2_and_3_render_from_the_trace_alone(tmp_path):
-    from powertrip.app.paper.render import render_all
+    from reproduction.paper.render import render_all
 
     reports = render_all(tmp_path, ["2", "3"], META)
     for key, png in (("2", "fig2_power_utilisation.png"), ("3", "fig3_pdu_power.png")):

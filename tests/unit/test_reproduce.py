@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.app.experiments import reproduce as R
 from powertrip.app.experiments.suite import Variant, refine_ks
-from powertrip.app.paper import FIGURES, module_of
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY
+from reproduction import reproduce as R
+from reproduction.paper import FIGURES, module_of
 
 BASE = RunConfig(workload="femnist", lr=0.1, target_accuracy=0.45, max_rounds=60)
 
@@ -29,7 +29,7 @@ def test_sweep_grid_is_fine_at_small_k_and_scales_with_the_site_count():
 )
 def test_every_figure_maps_to_runs_of_known_policies(figure):
     ks = R.sweep_ks(100)
-    runs = R.plan([figure], [0, 1, 2], 100, ks)
+    runs = R.plan(R.PAPER, [figure], [0, 1, 2], 100, ks)
     suite = R.SUITES[figure]
     assert runs, f"figure {figure} plans no runs"
     assert {r.variant for r in runs} == set(suite.variants)
@@ -45,7 +45,7 @@ def test_every_figure_maps_to_runs_of_known_policies(figure):
 
 def test_every_variant_is_valid_for_the_reproduce_config():
     base = RunConfig.from_yaml(R.DEFAULT_CONFIG)
-    assert R.check_variants(base, list(R.VARIANTS)) == {}
+    assert R.check_variants(base, list(R.VARIANTS), variants=R.VARIANTS) == {}
 
 
 def test_a_setting_this_version_lacks_makes_a_variant_unsupported_not_silent():
@@ -55,7 +55,7 @@ def test_a_setting_this_version_lacks_makes_a_variant_unsupported_not_silent():
 
 
 def test_static_k_star_pulls_in_the_sweep_and_powertrip_runs_first():
-    runs = R.plan(["9"], [0], 100, [10, 70])
+    runs = R.plan(R.PAPER, ["9"], [0], 100, [10, 70])
     names = [r.arm.name for r in runs]
     assert names[0] == "powertrip"
     assert "static-k10" in names and "static-k70" in names
@@ -65,22 +65,22 @@ def test_static_k_star_pulls_in_the_sweep_and_powertrip_runs_first():
 
 def test_figures_that_share_a_set_up_share_its_runs():
     ks = [10, 70]
-    shared = R.plan(["8", "9", "10"], [0, 1], 100, ks)
+    shared = R.plan(R.PAPER, ["8", "9", "10"], [0, 1], 100, ks)
     assert {(r.variant, r.seed, r.arm) for r in shared} == {
-        (r.variant, r.seed, r.arm) for r in R.plan(["9"], [0, 1], 100, ks)
+        (r.variant, r.seed, r.arm) for r in R.plan(R.PAPER, ["9"], [0, 1], 100, ks)
     }
     assert len(shared) == len(set(shared))
 
 
 def test_fig11_uses_10_50_100_percent_of_the_sites():
-    runs = R.plan(["11"], [0], 100, R.sweep_ks(100))
+    runs = R.plan(R.PAPER, ["11"], [0], 100, R.sweep_ks(100))
     assert sorted(dict(r.arm.params)["k"] for r in runs) == [10, 50, 100]
     assert {r.variant for r in runs} == {"ideal"}  # Fig. 11 reads Figs. 6-7's runs
     assert not R.VARIANTS["ideal"].budget
 
 
 def test_figs_6_7_identical_full_power_sites_without_communication_and_fixed_rounds():
-    runs = R.plan(["6-7"], [0], 10, R.sweep_ks(10))
+    runs = R.plan(R.PAPER, ["6-7"], [0], 10, R.sweep_ks(10))
     assert {r.variant for r in runs} == {"ideal", "ideal-power-split"}
     for variant in ("ideal", "ideal-power-split"):  # 10/20/50/100 % of the sites
         assert sorted(dict(r.arm.params)["k"] for r in runs if r.variant == variant) == [
@@ -104,19 +104,24 @@ def test_figs_6_7_identical_full_power_sites_without_communication_and_fixed_rou
 
 
 def test_parse_figures():
-    assert R.parse_figures("all") == list(R.SUITES)
-    assert R.parse_figures("8, 9") == ["8", "9"]
-    assert R.parse_figures("6") == R.parse_figures("7") == R.parse_figures("6,7") == ["6-7"]
-    assert R.parse_figures("ablation") == ["ablation"]
-    assert R.parse_figures("5") == ["5"]
-    assert R.plan(["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
-    assert R.plan(["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
+    assert R.parse_figures(R.PAPER, "all") == list(R.SUITES)
+    assert R.parse_figures(R.PAPER, "8, 9") == ["8", "9"]
+    assert (
+        R.parse_figures(R.PAPER, "6")
+        == R.parse_figures(R.PAPER, "7")
+        == R.parse_figures(R.PAPER, "6,7")
+        == ["6-7"]
+    )
+    assert R.parse_figures(R.PAPER, "ablation") == ["ablation"]
+    assert R.parse_figures(R.PAPER, "5") == ["5"]
+    assert R.plan(R.PAPER, ["5"], [0, 1], 100, R.sweep_ks(100)) == []  # Fig. 5 needs no runs
+    assert R.plan(R.PAPER, ["2", "3"], [0, 1], 100, R.sweep_ks(100)) == []  # nor Figs. 2-3
     allowed = (
         "allowed: 2, 3, 5, 6, 7, 8, 9, 10, 11, 11-regime, 8-9-plateau, 12, 13, 14, ablation, "
         "heldout, tau"
     )
     with pytest.raises(R.ReproduceError, match=allowed):
-        R.parse_figures("4")
+        R.parse_figures(R.PAPER, "4")
 
 
 def test_variant_configs():
@@ -156,13 +161,13 @@ def test_is_done_needs_a_done_summary_with_the_same_settings(tmp_path):
 
 def test_execute_skips_finished_runs_without_starting_anything(tmp_path):
     base = BASE
-    runs = R.plan(["10"], [0, 1], 100, [10, 70])
+    runs = R.plan(R.PAPER, ["10"], [0, 1], 100, [10, 70])
     for spec in runs:
         variant = R.VARIANTS[spec.variant]
         config = R.arm_config(R.variant_config(base, variant, spec.seed), spec.arm, variant)
         _finished(spec.path(tmp_path), config)
     lines: list[str] = []
-    logs = R.execute(runs, tmp_path, base, budget_factor=1.5, log=lines.append)
+    logs = R.execute(runs, tmp_path, base, variants=R.VARIANTS, budget_factor=1.5, log=lines.append)
     assert [log.status for log in logs] == ["skipped"] * len(runs)
     assert all("already done" in line for line in lines)
     assert not list(tmp_path.glob("runs/*/seed*/logs"))  # no services were started
@@ -284,10 +289,10 @@ def test_refinement_waits_for_every_seed_then_runs_the_midpoints_resumably(tmp_p
     grid = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100]
     hours = {k: 1.0 + abs(k - 20) / 100 for k in grid}  # valley at 20
     made_up_sweep(tmp_path, "uniform", [0], hours)
-    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)
+    runs, found = R.refine_runs(R.PAPER, tmp_path, ["8"], [0, 1], grid, 100)
     assert runs == [] and found == {}  # seed 1's grid has not finished
     made_up_sweep(tmp_path, "uniform", [1], hours)
-    runs, found = R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)
+    runs, found = R.refine_runs(R.PAPER, tmp_path, ["8"], [0, 1], grid, 100)
     assert found == {"uniform": [17, 25]}
     assert [(r.seed, r.arm.name) for r in runs] == [
         (0, "static-k17"),
@@ -297,14 +302,17 @@ def test_refinement_waits_for_every_seed_then_runs_the_midpoints_resumably(tmp_p
     ]
     # a refined k that turns out faster does not trigger a second pass: decided on the grid
     made_up_sweep(tmp_path, "uniform", [0, 1], {17: 0.5, 25: 0.6})
-    assert R.refine_runs(tmp_path, ["8"], [0, 1], grid, 100)[1] == {"uniform": [17, 25]}
-    assert R.refine_runs(tmp_path, ["11"], [0, 1], grid, 100) == ([], {})  # no sweep in Fig. 11
+    assert R.refine_runs(R.PAPER, tmp_path, ["8"], [0, 1], grid, 100)[1] == {"uniform": [17, 25]}
+    assert R.refine_runs(R.PAPER, tmp_path, ["11"], [0, 1], grid, 100) == (
+        [],
+        {},
+    )  # no sweep in Fig. 11
 
 
 # ---- ablation ----------------------------------------------------------------------------
 def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_sweep(tmp_path):
     grid = [2, 5]
-    runs = R.plan(["ablation"], [0], 10, grid)
+    runs = R.plan(R.PAPER, ["ablation"], [0], 10, grid)
     by_variant: dict[str, list[str]] = {}
     for r in runs:
         by_variant.setdefault(r.variant, []).append(r.arm.name)
@@ -321,12 +329,12 @@ def test_ablation_plans_powertrip_everywhere_and_static_k_star_from_the_uniform_
         "clock-estimator",
     ):
         assert by_variant[name] == ["powertrip"]  # static k* waits for the uniform sweep
-    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid, 10)
+    deferred, chosen = R.deferred_runs(R.PAPER, tmp_path, ["ablation"], [0], grid, 10)
     assert deferred == [] and chosen == {"static-k@uniform*": None, "static-k@links-fig5*": None}
     made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
     # k = 5 is past links-fig5's sweep, so a run of it there does not count
     made_up_sweep(tmp_path, "links-fig5", [0], {2: 1.5, 5: 1.2})
-    deferred, chosen = R.deferred_runs(tmp_path, ["ablation"], [0], grid, 10)
+    deferred, chosen = R.deferred_runs(R.PAPER, tmp_path, ["ablation"], [0], grid, 10)
     assert chosen == {"static-k@uniform*": 5, "static-k@links-fig5*": 2}
     assert {(r.variant, r.arm.name) for r in deferred} == {("links-fig5-clock", "static-k2")} | {
         (v, "static-k5")
@@ -345,14 +353,14 @@ def test_fig13_sizes_run_static_k_star_of_the_1_5_gb_sweep(tmp_path):
     and every size runs all of Fig. 9's baselines (the paper compares them all)."""
     grid = [2, 5]
     by_variant: dict[str, list[str]] = {}
-    for r in R.plan(["13"], [0], 10, grid):
+    for r in R.plan(R.PAPER, ["13"], [0], 10, grid):
         by_variant.setdefault(r.variant, []).append(r.arm.name)
     rest = ["centralized-25", "centralized-50", "highest-power", "random", "radius", "all"]
     assert by_variant["uniform"] == ["powertrip", "static-k2", "static-k5", *rest]
     for name in ("size-1gb", "size-2gb"):
         assert by_variant[name] == ["powertrip", *rest]
     made_up_sweep(tmp_path, "uniform", [0], {2: 1.5, 5: 1.2})
-    deferred, chosen = R.deferred_runs(tmp_path, ["13"], [0], grid, 10)
+    deferred, chosen = R.deferred_runs(R.PAPER, tmp_path, ["13"], [0], grid, 10)
     assert chosen == {"static-k@uniform*": 5}
     assert {(r.variant, r.arm.name) for r in deferred} == {
         ("size-1gb", "static-k5"),
@@ -440,7 +448,7 @@ def test_a_narrower_command_keeps_the_record_of_a_wider_one():
 def test_a_narrower_command_records_only_the_k_star_of_its_own_set_ups():
     """--only links-fig5-clock resolves static-k@uniform* on its own seeds too; the record
     keeps only the spec its set-ups use (the uniform k* stays the wider command's)."""
-    from powertrip.app.experiments.reproduce import _specs_of
+    from reproduction.reproduce import _specs_of
 
     assert _specs_of(["ablation"], {"links-fig5-clock"}) == {"powertrip", "static-k@links-fig5*"}
     every = _specs_of(["ablation"], None)

@@ -1,4 +1,4 @@
-"""results/INDEX.md (powertrip/app/paper/index.py): generated from the run folders and the
+"""results/INDEX.md (reproduction/paper/index.py): generated from the run folders and the
 figure registry, headline rows picked from the claims; the committed one is what the code
 renders from the committed runs and claims."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from powertrip.app.paper import index as I
+from reproduction.paper import index as I
 from tests.unit.test_reproduce import write_run
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"

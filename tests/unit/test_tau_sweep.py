@@ -1,4 +1,4 @@
-"""k* against tau (powertrip/app/paper/tau_sweep.py): a static run re-clocked at another tau,
+"""k* against tau (reproduction/paper/tau_sweep.py): a static run re-clocked at another tau,
 checked against its own recorded round times first."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from powertrip.app.paper import tau_sweep as T
 from powertrip.app.report.result import RunResult
 from powertrip.core.timemodel import comm_time_s
+from reproduction.paper import tau_sweep as T
 
 SITES = [
     {"site_id": "a", "power_fraction": 0.5, "distance_miles": 100.0, "bandwidth_bytes_per_s": 1e9},
@@ -52,7 +52,7 @@ def test_a_run_that_missed_the_target_gives_a_lower_bound():
 def test_the_committed_uniform_sweep_reclocks_exactly_at_its_own_tau():
     """Every finished static-k run of results/reproduce's uniform set-up: the check inside
     reclock() holds (the clock that made them is the one re-clocking them)."""
-    from powertrip.app.paper.data import load_variant
+    from reproduction.paper.data import load_variant
 
     out = Path(__file__).parents[2] / "results" / "reproduce"
     grid = [1, 3, 10, 100]

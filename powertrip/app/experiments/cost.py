@@ -18,14 +18,14 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from powertrip.app.experiments.plan import arm_config, is_done, variant_config
-from powertrip.app.experiments.suite import RunSpec
+from powertrip.app.experiments.suite import RunSpec, Variant
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 
@@ -116,18 +116,22 @@ def _arm_histories(runs: Sequence[Path]) -> dict[str, tuple[list[float], list[fl
 
 
 def estimate(
-    runs: Sequence[RunSpec], out: Path, base: RunConfig, *, force_workload: bool = False
+    runs: Sequence[RunSpec],
+    out: Path,
+    base: RunConfig,
+    *,
+    variants: Mapping[str, Variant],
+    force_workload: bool = False,
 ) -> tuple[list[RunCost], tuple[float, float, int]]:
-    """The runs still to make (those not finished with the same settings) and their cost."""
-    from powertrip.app.paper import VARIANTS
-
+    """The runs still to make (those not finished with the same settings) and their cost,
+    each run's set-up read from `variants` by name."""
     finished = _finished(out)
     fit = round_cost_fit(finished)
     a, b, _ = fit
     histories = _arm_histories(finished)
     costs = []
     for spec in runs:
-        variant = VARIANTS[spec.variant]
+        variant = variants[spec.variant]
         config = arm_config(
             variant_config(base, variant, spec.seed, force_workload=force_workload),
             spec.arm,

@@ -3,6 +3,7 @@ group's lock, PowerTrip first and every other arm cut off at a multiple of its t
 
 `execute` is the one place runs are made for `powertrip reproduce` (every phase); a run
 whose summary says done with the same settings is skipped, an unfinished one starts afresh.
+The set-ups the runs name come in with them (`variants`): this module declares none.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from powertrip.app.experiments.plan import (
     variant_config,
 )
 from powertrip.app.experiments.suite import Arm, RunSpec, Variant
-from powertrip.app.paper import VARIANTS
 from powertrip.core.config import RunConfig
 
 
@@ -68,6 +68,7 @@ def execute(
     out: Path,
     base: RunConfig,
     *,
+    variants: Mapping[str, Variant],
     budget_factor: float,
     force_workload: bool = False,
     show_progress: bool = True,
@@ -76,9 +77,9 @@ def execute(
     ray: str | None = None,
     ray_gpus: float = 0.0,
 ) -> list[RunLog]:
-    """Run what is not done yet, group by group (one profiler + policy per group); with
-    `ray` (an address), every group at once as a task on that Ray cluster, each asking for
-    `ray_gpus` GPUs."""
+    """Run what is not done yet, group by group (one profiler + policy per group), each run's
+    set-up read from `variants` by name; with `ray` (an address), every group at once as a
+    task on that Ray cluster, each asking for `ray_gpus` GPUs."""
     progress = progress if progress is not None else Progress()
     ray_address = ray
     logs: list[RunLog] = []
@@ -87,7 +88,7 @@ def execute(
         groups.setdefault((spec.variant, spec.seed), []).append(spec)
     todo: dict[tuple[str, int], tuple[RunConfig, list[RunSpec]]] = {}
     for (variant_name, seed), specs in groups.items():
-        variant = VARIANTS[variant_name]
+        variant = variants[variant_name]
         config = variant_config(base, variant, seed, force_workload=force_workload)
         missing = [s for s in specs if not is_done(s.path(out), arm_config(config, s.arm, variant))]
         for spec in specs:
@@ -99,10 +100,10 @@ def execute(
     progress.total += sum(len(m) for _, m in todo.values())
     if ray_address and todo:
         return logs + _execute_on_ray(
-            ray_address, ray_gpus, todo, out, budget_factor, progress, log
+            ray_address, ray_gpus, todo, variants, out, budget_factor, progress, log
         )
     for (variant_name, seed), (config, missing) in todo.items():
-        variant = VARIANTS[variant_name]
+        variant = variants[variant_name]
         group_dir = out / "runs" / variant_name / f"seed{seed}"
         with GroupLock(group_dir) as lock:
             missing = _claim(lock, out, variant, seed, config, missing, progress, logs, log)
@@ -200,6 +201,7 @@ def _execute_on_ray(
     address: str,
     gpus: float,
     todo: Mapping[tuple[str, int], tuple[RunConfig, list[RunSpec]]],
+    variants: Mapping[str, Variant],
     out: Path,
     budget_factor: float,
     progress: Progress,
@@ -214,14 +216,14 @@ def _execute_on_ray(
     by_arm: dict[tuple[str, int, str], RunSpec] = {}
     with contextlib.ExitStack() as locks:
         for (variant_name, seed), (config, missing) in todo.items():
-            variant = VARIANTS[variant_name]
+            variant = variants[variant_name]
             lock = locks.enter_context(GroupLock(out / "runs" / variant_name / f"seed{seed}"))
             missing = _claim(lock, out, variant, seed, config, missing, progress, logs, log)
             if not missing:
                 continue
             config.write_yaml(out / "runs" / variant_name / f"seed{seed}" / "base-config.yaml")
             factor = budget_factor if variant.budget else 0.0
-            request = group_request(out, variant_name, seed, config, missing, factor)
+            request = group_request(out, variant, seed, config, missing, factor)
             requests.append((request, raycluster.resources_of(config, gpus)))
             by_arm.update({(variant_name, seed, spec.arm.name): spec for spec in missing})
         if not requests:
@@ -256,6 +258,8 @@ class GroupRequest:
     (plan.group_reference) as they do locally."""
 
     variant: str
+    #: the set-up itself (its arm parameters), sent along: the task is handed no registry
+    setup: Variant
     seed: int
     config_yaml: str
     arms: list[tuple[str, str, tuple[tuple[str, float], ...]]]
@@ -264,16 +268,21 @@ class GroupRequest:
 
 
 def group_request(
-    out: Path, variant: str, seed: int, config: RunConfig, specs: Sequence[RunSpec], factor: float
+    out: Path,
+    variant: Variant,
+    seed: int,
+    config: RunConfig,
+    specs: Sequence[RunSpec],
+    factor: float,
 ) -> GroupRequest:
     from powertrip.app.experiments.raycluster import config_text
 
-    group = out / "runs" / variant / f"seed{seed}"
+    group = out / "runs" / variant.name / f"seed{seed}"
     finished = {}
     for summary in sorted(group.glob("*/summary.json")):
         finished[summary.relative_to(group).as_posix()] = summary.read_bytes()
     arms = [(s.arm.name, s.arm.policy, tuple(s.arm.params)) for s in specs]
-    return GroupRequest(variant, seed, config_text(config), arms, factor, finished)
+    return GroupRequest(variant.name, variant, seed, config_text(config), arms, factor, finished)
 
 
 def make_group(request: GroupRequest) -> dict[str, Any]:
@@ -292,7 +301,7 @@ def make_group(request: GroupRequest) -> dict[str, Any]:
             for name, policy, params in request.arms
         ]
         logs = _run_group(
-            out, VARIANTS[request.variant], request.seed, config, specs,
+            out, request.setup, request.seed, config, specs,
             budget_factor=request.budget_factor, progress=Progress(), log=lambda _: None,
             show_progress=False,
         )  # fmt: skip

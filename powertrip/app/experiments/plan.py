@@ -1,17 +1,17 @@
-"""What `powertrip reproduce` runs: figures to runs, set-up configs, and what is done.
+"""What a suite run makes (`powertrip reproduce`): suites to runs, set-up configs, what is done.
 
 Three phases, each resumable: `plan` (every run the figures name), `refine_runs` (the
 midpoints beside the static-k sweep grid's k*, once the grid finished in every seed) and
 `deferred_runs` (arms that need another set-up's k*, such as the ablation's
 'static-k@uniform*'). `group_reference` is the time every arm of a (variant, seed) group is
-cut off against. Reads the figure registry in `powertrip.app.paper`; paper/ never imports this.
+cut off against. The suites come in as a `Registry` (suite.py): the planner names none itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -19,6 +19,7 @@ import yaml
 from powertrip.app.experiments.suite import (
     WORKLOAD_FIELDS,
     Arm,
+    Registry,
     RunSpec,
     Variant,
     deferred_source,
@@ -26,7 +27,6 @@ from powertrip.app.experiments.suite import (
     static_arm,
     variant_ks,
 )
-from powertrip.app.paper import FIGURES, SUITES, VARIANTS, canonical
 from powertrip.core import runfiles
 from powertrip.core.config import ConfigError, RunConfig, experiment_differences
 
@@ -36,30 +36,34 @@ class ReproduceError(ValueError):
 
 
 # ---- planning --------------------------------------------------------------------------
-def parse_figures(text: str) -> list[str]:
+def parse_figures(registry: Registry, text: str) -> list[str]:
     """'9', '8,9', '6' (= '7' = '6-7') or 'all' -> canonical figure keys, deduplicated."""
     if text.strip() == "all":
-        return list(SUITES)
+        return list(registry.suites)
     figures = [f.strip() for f in text.split(",") if f.strip()]
-    unknown = [f for f in figures if f not in FIGURES and f not in SUITES]
+    unknown = [f for f in figures if f not in registry.keys and f not in registry.suites]
     if unknown or not figures:
         raise ReproduceError(
             f"--figure: {', '.join(unknown) or repr(text)} is not a reproduced figure; "
-            f"allowed: {', '.join(FIGURES)} or all"
+            f"allowed: {', '.join(registry.keys)} or all"
         )
-    return list(dict.fromkeys(canonical(f) for f in figures))
+    return list(dict.fromkeys(registry.canonical(f) for f in figures))
 
 
 def plan(
-    figures: Sequence[str], seeds: Sequence[int], num_sites: int, ks: Sequence[int]
+    registry: Registry,
+    figures: Sequence[str],
+    seeds: Sequence[int],
+    num_sites: int,
+    ks: Sequence[int],
 ) -> list[RunSpec]:
     """Every run the figures need now, deduplicated, grouped by (variant, seed), PowerTrip
     first. 'static-k@V*' arms are left to deferred_runs()."""
     specs: dict[tuple[str, int], list[Arm]] = {}
     for figure in figures:
-        suite = SUITES[canonical(figure)]
+        suite = registry.suites[registry.canonical(figure)]
         for variant in suite.variants:
-            grid = variant_ks(VARIANTS[variant], ks, num_sites)
+            grid = variant_ks(registry.variants[variant], ks, num_sites)
             for seed in seeds:
                 group = specs.setdefault((variant, seed), [])
                 for arm in expand_arms(suite.arms_of(variant), num_sites, grid, variant):
@@ -72,11 +76,11 @@ def plan(
     return runs
 
 
-def swept_variants(figures: Sequence[str]) -> list[str]:
+def swept_variants(registry: Registry, figures: Sequence[str]) -> list[str]:
     """Set-ups whose static-k sweep some figure runs (they get the refinement step)."""
     found = []
     for figure in figures:
-        suite = SUITES[canonical(figure)]
+        suite = registry.suites[registry.canonical(figure)]
         for variant in suite.variants:
             specs = suite.arms_of(variant)
             sweeps = "sweep" in specs or "static-k*" in specs
@@ -86,16 +90,19 @@ def swept_variants(figures: Sequence[str]) -> list[str]:
 
 
 def refine_runs(
-    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int], num_sites: int
+    registry: Registry,
+    out: Path,
+    figures: Sequence[str],
+    seeds: Sequence[int],
+    ks: Sequence[int],
+    num_sites: int,
 ) -> tuple[list[RunSpec], dict[str, list[int]]]:
     """Phase 2: the midpoints beside each swept set-up's grid k*, for every seed (none
     until the grid finished in every seed)."""
-    from powertrip.app.paper.data import grid_refinement
-
     runs, found = [], {}
-    for variant in swept_variants(figures):
-        grid = variant_ks(VARIANTS[variant], ks, num_sites)
-        extra = grid_refinement(out, variant, seeds, grid)
+    for variant in swept_variants(registry, figures):
+        grid = variant_ks(registry.variants[variant], ks, num_sites)
+        extra = registry.refinement(out, variant, seeds, grid)
         if extra:
             found[variant] = extra
             runs.extend(RunSpec(variant, s, static_arm(k)) for s in seeds for k in extra)
@@ -103,23 +110,26 @@ def refine_runs(
 
 
 def deferred_runs(
-    out: Path, figures: Sequence[str], seeds: Sequence[int], ks: Sequence[int], num_sites: int
+    registry: Registry,
+    out: Path,
+    figures: Sequence[str],
+    seeds: Sequence[int],
+    ks: Sequence[int],
+    num_sites: int,
 ) -> tuple[list[RunSpec], dict[str, int | None]]:
     """Phase 3: 'static-k@V*' arms as static k = V's k* (grid and refinement); an arm
     whose V has no k* yet is reported and left for a later invocation."""
-    from powertrip.app.paper.data import source_kstar
-
     runs, resolved = [], {}
     for figure in figures:
-        suite = SUITES[canonical(figure)]
+        suite = registry.suites[registry.canonical(figure)]
         for variant in suite.variants:
             for spec in suite.arms_of(variant):
                 source = deferred_source(spec)
                 if not source or source == variant:
                     continue
                 if spec not in resolved:
-                    grid = variant_ks(VARIANTS[source], ks, num_sites)
-                    resolved[spec] = source_kstar(out, source, seeds, grid)
+                    grid = variant_ks(registry.variants[source], ks, num_sites)
+                    resolved[spec] = registry.kstar(out, source, seeds, grid)
                 k = resolved[spec]
                 if k is not None:
                     runs.extend(RunSpec(variant, s, static_arm(k)) for s in seeds)
@@ -169,13 +179,17 @@ def arm_config(config: RunConfig, arm: Arm, variant: Variant | None = None) -> R
 
 
 def check_variants(
-    base: RunConfig, names: Sequence[str], *, force_workload: bool = False
+    base: RunConfig,
+    names: Sequence[str],
+    *,
+    variants: Mapping[str, Variant],
+    force_workload: bool = False,
 ) -> dict[str, str]:
     """Set-ups this version cannot run (an unknown or invalid setting), with the reason."""
     bad = {}
     for name in names:
         try:
-            variant_config(base, VARIANTS[name], base.seed, force_workload=force_workload)
+            variant_config(base, variants[name], base.seed, force_workload=force_workload)
         except (ConfigError, ValueError) as exc:
             bad[name] = str(exc)
     return bad

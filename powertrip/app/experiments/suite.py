@@ -1,8 +1,8 @@
-"""What a reproduced figure asks for, as data: set-ups (variants), policies (arms) and runs.
+"""What a suite of runs asks for, as data: set-ups (variants), policies (arms) and runs.
 
-Shared by the figure modules in `powertrip.app.paper` (which declare suites) and by
-`powertrip.app.experiments.reproduce` (which plans and executes them), so neither imports the
-other's internals and there is no import circle.
+Whoever declares suites (the paper's reproduction, in `reproduction/`) hands them to the
+planner and executor (plan.py, execution.py) as a `Registry`, so those import no suite of
+their own and the library never imports the reproduction.
 
 Arm specs a suite may name:
 
@@ -16,7 +16,7 @@ Arm specs a suite may name:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,35 @@ class Suite:
 
     def arms_of(self, variant: str) -> tuple[str, ...]:
         return tuple(self.variant_arms.get(variant, self.arms))
+
+
+#: (out, set-up, seeds, sweep grid) -> what its finished sweep says (see Registry)
+SweepReader = Callable[[Path, str, Sequence[int], Sequence[int]], Any]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The suites a planner may run and the set-ups they name, handed in by whoever declares
+    them, with how a finished static-k sweep is judged (the declarer reads its own runs)."""
+
+    #: canonical key -> suite, in the order reports list them
+    suites: Mapping[str, Suite]
+    #: every set-up some suite names, by name
+    variants: Mapping[str, Variant]
+    #: every key a user may name (`--figure`) -> its canonical key ('7' -> '6-7')
+    keys: Mapping[str, str]
+    #: the refinement's new k of a set-up's finished grid ([] until it finished)
+    refinement: SweepReader
+    #: k* of a set-up's finished sweep (None until some seed's sweep finished)
+    kstar: SweepReader
+
+    def canonical(self, key: str) -> str:
+        """A key a user named -> the suite's own key; KeyError for none."""
+        if key in self.keys:
+            return self.keys[key]
+        if key in self.suites:
+            return key
+        raise KeyError(key)
 
 
 @dataclass(frozen=True)
@@ -196,8 +225,10 @@ __all__ = [
     "SWEEP_FRACTIONS",
     "WORKLOAD_FIELDS",
     "Arm",
+    "Registry",
     "RunSpec",
     "Suite",
+    "SweepReader",
     "Variant",
     "clamp_k",
     "deferred_source",

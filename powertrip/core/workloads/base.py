@@ -38,7 +38,7 @@ class WorkloadDefaults:
     #: a minute puts compute (60 / p_i: 60-600 s at p in [0.1, 1]) on the scale of a 1.5 GB
     #: update's transfer (1.2 s at 100 miles to 120 s at 10,000 with B_ref 10 Gbit/s), so
     #: neither power nor distance decides the straggler alone and Eq. 8's trade-off matters;
-    #: the tau sweep (powertrip/app/paper/tau_sweep.py) shows how k* moves with it, and
+    #: the tau sweep (reproduction/paper/tau_sweep.py) shows how k* moves with it, and
     #: tau_source measured (powertrip/core/steptime.py) replaces it with the measured work
     tau_s: float
     eval_samples: int  # held-out samples evaluated each round (fixed subset, seeded)

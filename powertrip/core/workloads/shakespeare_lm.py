@@ -110,7 +110,7 @@ class ShakespeareLMWorkload(ShakespeareWorkload):
         self.base_path = base_path or default_base_path()
         # M: the update this run's sites would send for Llama-2-7B, full or adapters
         # (peftspec.emulated_update_bytes): 13.5 GB in full, 16.8 MB for LoRA r=16 on q, v
-        # OUR CHOICES, calibrated in-process on 10 sites a round (powertrip/app/paper/llm.py
+        # OUR CHOICES, calibrated in-process on 10 sites a round (reproduction/paper/llm.py
         # has the figures): AdamW, fresh each round as every local optimiser here, because
         # SGD (lr 0.05 before) left the accuracy within a point of the base's in 8 rounds at
         # every lr that did not diverge; 20 local steps of 20 windows; lr 0.002 in full

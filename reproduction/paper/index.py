@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from powertrip.app.paper import MODULES
+from reproduction.paper import MODULES
 
 #: the claims the README quotes: the online policies against static k* on the seeds that
 #: chose nothing (heldout.HELDOUT_SEEDS)
@@ -62,7 +62,7 @@ def folder_rows(runs: Path) -> list[list[str]]:
 
 def headline_markdown(rows: Sequence[Mapping[str, str]]) -> str:
     """The headline rows as a Markdown table (INDEX.md's, and the README's between its
-    `headline` markers: powertrip.app.paper.docblocks)."""
+    `headline` markers: reproduction.paper.docblocks)."""
     lines = ["| claim | ours | holds |", "|---|---|---|"]
     headline = [r for r in rows if is_headline(r)]
     lines += [f"| {r['claim']} | {r['ours']} | {r['holds']} |" for r in headline]

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, static_arm
-from powertrip.app.paper.data import UNIFORM, VariantData, kstar, load_variant
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.app.report.result import RunResult
 from powertrip.core.timemodel import SiteTime, comm_time_s, round_time
+from reproduction.paper.data import UNIFORM, VariantData, kstar, load_variant
 
 #: ideal training times re-clocked, seconds (60 is the runs' own)
 TAUS = (3.0, 10.0, 30.0, 60.0, 120.0)

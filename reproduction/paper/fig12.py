@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.common import (
+from powertrip.app.report import claims as C
+from powertrip.core.power import load_domains
+from reproduction.paper.common import (
     FIG9_ARMS,
     comparison_claims,
     comparison_plots,
     policy_names,
     variant_equal_time_claim,
 )
-from powertrip.app.paper.data import VariantData, facts
-from powertrip.app.paper.fig02 import trace_path
-from powertrip.app.report import claims as C
-from powertrip.core.power import load_domains
+from reproduction.paper.data import VariantData, facts
+from reproduction.paper.fig02 import trace_path
 
 TRACE = Variant("trace", "Google PowerData 2019 trace power, 1.5 GB", {"power": "trace"})
 

@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant, static_arm
-from powertrip.app.paper import heldout
-from powertrip.app.paper.data import UNIFORM, VariantData, load_variant
-from powertrip.app.paper.fig12 import TRACE
-from powertrip.app.paper.paired import paired_bootstrap, relative, verdict
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.core.deltacodec import WIRE_SHARE
+from reproduction.paper import heldout
+from reproduction.paper.data import UNIFORM, VariantData, load_variant
+from reproduction.paper.fig12 import TRACE
+from reproduction.paper.paired import paired_bootstrap, relative, verdict
 
 BASES: tuple[Variant, ...] = (UNIFORM, TRACE)
 #: (outer_lr, outer_momentum): OpenDiLoCo's 0.7 and 0.9, half its learning rate, and a

@@ -38,21 +38,21 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant, static_arm
-from powertrip.app.paper.data import (
+from powertrip.app.report import claims as C
+from powertrip.app.report.figures import new_figure, save_figure
+from powertrip.app.report.html import Table
+from reproduction.paper.data import (
     UNIFORM,
     VariantData,
     fill_runs,
     load_variant,
     sample_of,
 )
-from powertrip.app.paper.fig06_07 import IDEAL_45
-from powertrip.app.paper.fig12 import TRACE
-from powertrip.app.paper.fig13 import SIZE_1GB, SIZE_2GB
-from powertrip.app.paper.gain_noise import resolution_rows, static_runs
-from powertrip.app.paper.paired import paired_bootstrap, relative, verdict
-from powertrip.app.report import claims as C
-from powertrip.app.report.figures import new_figure, save_figure
-from powertrip.app.report.html import Table
+from reproduction.paper.fig06_07 import IDEAL_45
+from reproduction.paper.fig12 import TRACE
+from reproduction.paper.fig13 import SIZE_1GB, SIZE_2GB
+from reproduction.paper.gain_noise import resolution_rows, static_runs
+from reproduction.paper.paired import paired_bootstrap, relative, verdict
 
 #: the seeds whose full sweep chooses k* (Figs. 8-9) and the seeds held out from it
 TRAIN_SEEDS = (0, 1, 2, 3, 4)

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.data import VariantData
-from powertrip.app.paper.fig02 import domains_of
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.core.power import SAMPLE_PERIOD_S, DomainTrace
+from reproduction.paper.data import VariantData
+from reproduction.paper.fig02 import domains_of
 
 SUITE = Suite(
     "3",

@@ -4,7 +4,7 @@ of results/claims.md), docs/cli.md's list of policies (from the policy registry)
 settings table (from powertrip/core/settings.py), each between marker lines. `make docs`
 rewrites them; a test (tests/unit/test_docblocks.py) fails when a page says something else.
 
-    python -m powertrip.app.paper.docblocks [--check]
+    python -m reproduction.paper.docblocks [--check]
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import csv
 import sys
 from pathlib import Path
 
-from powertrip.app.paper.index import headline_markdown, read_claims_markdown
 from powertrip.app.report import format_table
+from reproduction.paper.index import headline_markdown, read_claims_markdown
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"
 DEMO = ROOT / "results" / "demo" / "comparison.csv"

@@ -1,8 +1,9 @@
 """`powertrip reproduce`: plan, execute and render the paper's evaluation (§5, Figs. 5-14).
 
-What each figure needs (set-ups, arms, claims, plots) lives in `powertrip.app.paper`, one module
-per figure; `powertrip.app.experiments.plan` turns figures into runs; this module executes what
-is missing and calls the renderer. Runs are keyed by (variant, seed, arm) and live in
+What each figure needs (set-ups, arms, claims, plots) lives in `reproduction.paper`, one
+module per figure; the library's planner (`powertrip.app.experiments.plan`) turns figures into
+runs, handed the paper's registry (`paper.PAPER`); this module executes what is missing and
+calls the renderer. Runs are keyed by (variant, seed, arm) and live in
 OUT/runs/<variant>/seed<s>/<arm>/, so figures that share a set-up share its runs, and a run
 whose summary.json says "done" with the same settings is never run again: a killed
 reproduce picks up where it stopped.
@@ -53,12 +54,12 @@ from powertrip.app.experiments.suite import (
     static_arm,
     sweep_ks,
 )
-from powertrip.app.paper import SUITES, VARIANTS
 from powertrip.core.config import ConfigError, RunConfig
+from reproduction.paper import PAPER, SUITES, VARIANTS
 
 DEFAULT_SEEDS = 3
 DEFAULT_BUDGET_FACTOR = 1.5
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "reproduce.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "reproduce.yaml"
 
 #: --quick: a tiny set-up for tests and smoke checks (any workload, usually synthetic)
 QUICK_OVERRIDES: dict[str, Any] = {
@@ -119,7 +120,7 @@ def check_sizes(
     from powertrip.app.experiments.preflight import check_sites
 
     check_sites(base)
-    for name in dict.fromkeys(r.variant for r in plan(figures, seeds, base.num_sites, ks)):
+    for name in dict.fromkeys(r.variant for r in plan(PAPER, figures, seeds, base.num_sites, ks)):
         try:
             config = variant_config(base, VARIANTS[name], base.seed, force_workload=force_workload)
         except (ConfigError, ValueError):
@@ -188,7 +189,7 @@ def _chosen(
 
 def main(args: Any) -> int:
     """Plan, run what is missing in three phases (unless --report-only), then render."""
-    figures = parse_figures(args.figure)
+    figures = parse_figures(PAPER, args.figure)
     if args.seeds < 1:
         raise ReproduceError(f"--seeds must be >= 1, got {args.seeds}")
     runs_only = bool(getattr(args, "runs_only", False))
@@ -212,13 +213,13 @@ def main(args: Any) -> int:
         meta = json.loads(meta_file.read_text())
         print(f"reproduce: rendering from {meta_file} (seeds {meta['seeds']})")
         return _render(out, figures, meta, args, [])
-    runs = plan(figures, seeds, base.num_sites, ks)
+    runs = plan(PAPER, figures, seeds, base.num_sites, ks)
     only = _only(args, runs)
     policies = _arms(args, _chosen(runs, only, None))
     runs = _chosen(runs, only, policies)
     force = bool(args.workload)
     unsupported = check_variants(
-        base, list(dict.fromkeys(r.variant for r in runs)), force_workload=force
+        base, list(dict.fromkeys(r.variant for r in runs)), variants=VARIANTS, force_workload=force
     )
     for name, why in unsupported.items():
         print(f"reproduce: set-up {name} is not run: {why}", file=sys.stderr)
@@ -226,7 +227,9 @@ def main(args: Any) -> int:
     if getattr(args, "plan", False):
         from powertrip.app.experiments.cost import estimate, plan_lines
 
-        costs, fit = estimate(runs, out, base, force_workload=bool(args.workload))
+        costs, fit = estimate(
+            runs, out, base, variants=VARIANTS, force_workload=bool(args.workload)
+        )
         cores = base.train_threads or os.cpu_count() or 1
         print("\n".join(plan_lines(costs, fit, min(cores, os.cpu_count() or 1))))
         print("plan: the refinement's midpoints and the deferred static-k* arms are planned "
@@ -264,6 +267,7 @@ def main(args: Any) -> int:
         )
         started = time.monotonic()
         common = {
+            "variants": VARIANTS,
             "budget_factor": factor,
             "force_workload": force,
             "show_progress": not args.quiet,
@@ -295,14 +299,14 @@ def main(args: Any) -> int:
                 file=sys.stderr,
             )
         if not getattr(args, "no_refine", False):
-            refined, found = refine_runs(out, figures, seeds, ks, base.num_sites)
+            refined, found = refine_runs(PAPER, out, figures, seeds, ks, base.num_sites)
             refined = _chosen(refined, only, policies)
             found = {v: ks for v, ks in found.items() if only is None or v in only}
             meta["refined"] = {**meta.get("refined", {}), **found}  # kept: merged_record
             if refined:
                 print(f"reproduce: refining the static-k sweep: {found}")
                 logs += execute(refined, out, base, **common)
-        deferred, chosen = deferred_runs(out, figures, seeds, ks, base.num_sites)
+        deferred, chosen = deferred_runs(PAPER, out, figures, seeds, ks, base.num_sites)
         deferred = _chosen(deferred, only, policies)
         deferred = [r for r in deferred if r.variant not in unsupported]
         own_specs = _specs_of(figures, only)
@@ -359,7 +363,7 @@ def _render(
     out: Path, figures: Sequence[str], meta: Mapping[str, Any], args: Any, logs: list[RunLog]
 ) -> int:
     from powertrip.app.experiments.sitetables import share_all
-    from powertrip.app.paper.render import render_all
+    from reproduction.paper.render import render_all
 
     saved = share_all(out / "runs")
     if saved:
@@ -386,6 +390,7 @@ def _render(
 
 
 __all__ = [
+    "PAPER",
     "SUITES",
     "VARIANTS",
     "Arm",

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite
-from powertrip.app.paper.data import VariantData, facts
-from powertrip.app.paper.fig06_07 import IDEAL
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from reproduction.paper.data import VariantData, facts
+from reproduction.paper.fig06_07 import IDEAL
 
 #: Fig. 11 compares accuracy per round, so every run trains the same number of rounds. Which
 #: sites' power and links the clock charges does not change what a round trains, so the

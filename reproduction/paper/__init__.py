@@ -5,16 +5,16 @@ Each figure module holds its suite spec (`SUITE`: set-ups, arms and the paper's 
 the set-ups it introduces (`VARIANTS`), its `claims(data, meta)` and `plots(data, out,
 meta)`, and optionally `table(data, meta)` to replace the default times table (titled
 `TABLE_TITLE`) and `NOTES` for a figure without set-ups (Figs. 2, 3, 5 need no runs). This
-registry maps a figure key to its module; `powertrip.app.experiments.reproduce` plans and runs
-from it and `powertrip.app.paper.render` renders from it. Nothing here imports reproduce.
+registry maps a figure key to its module; `reproduction.reproduce` plans and runs
+from it and `reproduction.paper.render` renders from it. Nothing here imports reproduce.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper import (
+from powertrip.app.experiments.suite import Registry, Suite, Variant
+from reproduction.paper import (
     ablation,
     fig02,
     fig03,
@@ -35,6 +35,7 @@ from powertrip.app.paper import (
     regions_study,
     tau_sweep,
 )
+from reproduction.paper.data import grid_refinement, source_kstar
 
 #: in the order reports and the summary list them
 MODULES: tuple[ModuleType, ...] = (
@@ -117,4 +118,13 @@ def canonical(key: str) -> str:
     return module_of(key).SUITE.figure
 
 
-__all__ = ["FIGURES", "MODULES", "SUITES", "VARIANTS", "canonical", "module_of"]
+#: the figures as the planner and executor take them (plan.py, execution.py)
+PAPER = Registry(
+    suites=SUITES,
+    variants=VARIANTS,
+    keys={key: module.SUITE.figure for key, module in FIGURES.items()},
+    refinement=grid_refinement,
+    kstar=source_kstar,
+)
+
+__all__ = ["FIGURES", "MODULES", "PAPER", "SUITES", "VARIANTS", "canonical", "module_of"]

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant, clamp_k, suite_arm_names
-from powertrip.app.paper.data import VariantData, load_variant
-from powertrip.app.paper.heldout import fmt_paired
-from powertrip.app.paper.paired import paired_bootstrap, verdict
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from reproduction.paper.data import VariantData, load_variant
+from reproduction.paper.heldout import fmt_paired
+from reproduction.paper.paired import paired_bootstrap, verdict
 
 #: static k = 2, 4, 8, 16: `static-k@F` takes F x the base config's sites (100), so these are
 #: fractions of 100, not of the 40 regions

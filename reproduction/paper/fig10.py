@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite
-from powertrip.app.paper.common import prediction_error_plot
-from powertrip.app.paper.data import UNIFORM, VariantData, facts
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from reproduction.paper.common import prediction_error_plot
+from reproduction.paper.data import UNIFORM, VariantData, facts
 
 SUITE = Suite(
     "10",

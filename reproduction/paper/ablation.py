@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import Suite, Variant, deferred_source
-from powertrip.app.paper.common import plot_time_bars
-from powertrip.app.paper.data import UNIFORM, VariantData, facts
 from powertrip.app.report import claims as C
 from powertrip.app.report.html import Table
+from reproduction.paper.common import plot_time_bars
+from reproduction.paper.data import UNIFORM, VariantData, facts
 
 STATIC = f"static-k@{UNIFORM.name}*"
 

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.data import VariantData
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.core.power import DEFAULT_TRACE, DomainTrace, TraceSite, load_domains, trace_sites
+from reproduction.paper.data import VariantData
 
 SUITE = Suite(
     "2",

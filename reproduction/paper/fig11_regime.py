@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.data import VariantData, facts
-from powertrip.app.paper.fig06_07 import IDEAL
-from powertrip.app.paper.fig11 import accuracy_gaps, plot_accuracy_gain
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from reproduction.paper.data import VariantData, facts
+from reproduction.paper.fig06_07 import IDEAL
+from reproduction.paper.fig11 import accuracy_gaps, plot_accuracy_gain
 
 REGIME_ROUNDS = 30
 #: rounds at each end compared

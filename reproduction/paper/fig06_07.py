@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.data import VariantData, facts
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.app.report.result import RunResult
+from reproduction.paper.data import VariantData, facts
 
 #: rounds every run of the ideal set-up trains (never more than the base config's max_rounds)
 IDEAL_ROUNDS = 30

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from powertrip.app.paper.data import VariantData
 from powertrip.app.report import claims as C
 from powertrip.app.report.comparison import accuracy_at_equal_time
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.run_plots import plot_prediction_error
+from reproduction.paper.data import VariantData
 
 #: the paper's Fig. 9 policies in the order its claims list them
 POLICIES = (

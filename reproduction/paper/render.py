@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import Suite, deferred_source, suite_arm_names, variant_ks
-from powertrip.app.paper import MODULES, VARIANTS, module_of
-from powertrip.app.paper.common import accuracy_at_powertrip_time, fmt_accuracy_at
-from powertrip.app.paper.data import VariantData, load_variant, source_kstar
-from powertrip.app.paper.index import write_index
 from powertrip.app.report import claims as C
 from powertrip.app.report import objectives as O
 from powertrip.app.report.html import Section, Table, write_html
 from powertrip.app.report.result import RunResult
+from reproduction.paper import MODULES, VARIANTS, module_of
+from reproduction.paper.common import accuracy_at_powertrip_time, fmt_accuracy_at
+from reproduction.paper.data import VariantData, load_variant, source_kstar
+from reproduction.paper.index import write_index
 
 
 def load_figure(out: Path, key: str, meta: Mapping[str, Any]) -> dict[str, VariantData]:
@@ -188,7 +188,7 @@ def render_all(out: Path, figures: Sequence[str], meta: Mapping[str, Any]) -> di
 
 def write_summary(out: Path, meta: Mapping[str, Any]) -> Path:
     """Collate every OUT/<figure>/claims.csv into OUT/claims.csv and OUT/claims.md, and
-    write OUT/INDEX.md (folders, figures, headline claims: powertrip.app.paper.index)."""
+    write OUT/INDEX.md (folders, figures, headline claims: reproduction.paper.index)."""
     rows: list[dict[str, str]] = []
     for module in MODULES:
         path = out / module.SUITE.out_name / "claims.csv"

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.common import comparison_claims, comparison_plots, policy_names
-from powertrip.app.paper.data import UNIFORM, VariantData, facts
 from powertrip.app.report import claims as C
+from reproduction.paper.common import comparison_claims, comparison_plots, policy_names
+from reproduction.paper.data import UNIFORM, VariantData, facts
 
 #: where k = 10 levels off in the plateau regime (62 % at rounds 208-217, the archive)
 TARGET = 0.62

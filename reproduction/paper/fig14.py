@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import WORKLOAD_FIELDS, Suite, Variant
-from powertrip.app.paper.common import plot_time_bars, variant_equal_time_claim
-from powertrip.app.paper.data import VariantData, facts
 from powertrip.app.report import claims as C
+from reproduction.paper.common import plot_time_bars, variant_equal_time_claim
+from reproduction.paper.data import VariantData, facts
 
 
 def workload_variant(name: str) -> Variant:

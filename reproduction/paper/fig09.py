@@ -9,16 +9,16 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite
-from powertrip.app.paper.common import (
+from powertrip.app.report import claims as C
+from powertrip.core.profiles import PopulationSpec
+from reproduction.paper.common import (
     FIG9_ARMS,
     comparison_claims,
     comparison_plots,
     policy_names,
     variant_equal_time_claim,
 )
-from powertrip.app.paper.data import UNIFORM, VariantData, facts
-from powertrip.app.report import claims as C
-from powertrip.core.profiles import PopulationSpec
+from reproduction.paper.data import UNIFORM, VariantData, facts
 
 SUITE = Suite(
     "9",

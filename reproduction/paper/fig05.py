@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.data import VariantData
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.core.config import RunConfig
 from powertrip.core.profiles import LINK_MODELS, PopulationSpec, generate_population, link_bandwidth
 from powertrip.core.timemodel import propagation_delay_s
+from reproduction.paper.data import VariantData
 
 SUITE = Suite(
     "5",

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import Suite
-from powertrip.app.paper.data import UNIFORM, VariantData, facts, per_seed_kstar
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
+from reproduction.paper.data import UNIFORM, VariantData, facts, per_seed_kstar
 
 SUITE = Suite(
     "8",

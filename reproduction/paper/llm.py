@@ -57,11 +57,11 @@ from powertrip.app.experiments.suite import (
     static_arm,
     suite_arm_names,
 )
-from powertrip.app.paper.data import VariantData, facts, load_variant
 from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.app.report.html import Table
 from powertrip.core.peftspec import LLAMA_2_7B_MODULES
+from reproduction.paper.data import VariantData, facts, load_variant
 
 #: static k as fractions of the sites (3, 10, 30 of 100)
 LLM_FRACTIONS = (0.03, 0.1, 0.3)

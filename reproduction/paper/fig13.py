@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from powertrip.app.experiments.suite import Suite, Variant
-from powertrip.app.paper.common import FIG9_ARMS, POLICIES, plot_time_bars, variant_equal_time_claim
-from powertrip.app.paper.data import UNIFORM, VariantData, facts, sample_of
 from powertrip.app.report import claims as C
 from powertrip.core.scoreweights import M_REF_GB, weights
+from reproduction.paper.common import FIG9_ARMS, POLICIES, plot_time_bars, variant_equal_time_claim
+from reproduction.paper.data import UNIFORM, VariantData, facts, sample_of
 
 SIZE_1GB = Variant("size-1gb", "uniform power, 1 GB updates", {"update_size_gb": 1.0})
 SIZE_2GB = Variant("size-2gb", "uniform power, 2 GB updates", {"update_size_gb": 2.0})
@@ -31,7 +31,7 @@ SIZE_2GB = Variant("size-2gb", "uniform power, 2 GB updates", {"update_size_gb":
 #: at 1 and 2 GB, the static arm is the 1.5 GB sweep's k*
 STATIC_AT_BASE = f"static-k@{UNIFORM.name}*"
 #: Fig. 9's baselines beyond static and centralized-25, added later: compared where they
-#: finished in every complete seed, "not run" until then (powertrip.app.paper.data.load_variant)
+#: finished in every complete seed, "not run" until then (reproduction.paper.data.load_variant)
 OPTIONAL_ARMS = tuple(p for p in POLICIES if p not in ("powertrip", "static-k*", "centralized-25"))
 
 SUITE = Suite(
