@@ -169,7 +169,7 @@ def add_operator_commands(sub: argparse._SubParsersAction) -> None:
         "revoked site or certificate with PERMISSION_DENIED (powertrip_auth_failures_total"
         '{kind="revoked"}). Rotating a site\'s certificate: make it a new bundle '
         "(`powertrip site-bundle --site S --site-tokens FILE`), start it, then revoke the old "
-        'certificate with --cert (deploy/README.md, "Revoking and rotating").',
+        'certificate with --cert (docs/deploy.md, "Revoking and rotating").',
     )
     revoke.add_argument("revocation_list", help="the aggregator's --revoked file (YAML)")
     revoke.add_argument(

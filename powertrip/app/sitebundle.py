@@ -222,6 +222,6 @@ the join token, trains the tasks it is given and rejoins when the aggregator res
 
 Files: ca.crt (the deployment's CA), tls.crt and tls.key (this worker's certificate and
 key, signed by that CA), join-token, {ENV_FILE} (the worker's settings), {RUN_SCRIPT}.
-The image {spec.image} must be on the machine (deploy/README.md, "Running a site worker
+The image {spec.image} must be on the machine (docs/deploy.md, "Running a site worker
 on a remote GPU VM").  Logs: docker logs -f powertrip-{spec.worker}
 """

@@ -1,6 +1,6 @@
 """Environment variable names: one scheme, and the old names kept as deprecated aliases.
 
-The scheme (deploy/README.md, "Environment variables"):
+The scheme (docs/deploy.md, "Environment variables"):
 
 * `POWERTRIP_RUN_<FIELD>`: one run-configuration setting (a `RunConfig` field, upper-cased),
   read by the container entry point through the same coercion as the YAML file's and `--set`;

@@ -198,7 +198,7 @@ def bridge_address() -> str:
 
 def make_site_bundle(secrets: Path, out: Path, aggregator: str, profiler: str, name: str,
                      image: str) -> Path:  # fmt: skip
-    """`powertrip site-bundle` for a remote CPU worker, as deploy/README.md runs it."""
+    """`powertrip site-bundle` for a remote CPU worker, as docs/deploy.md runs it."""
     powertrip = str(Path(sys.executable).with_name("powertrip"))
     made = subprocess.run(
         [powertrip, "site-bundle", "--secrets", str(secrets), "--out", str(out),

@@ -4,7 +4,7 @@ token from `JOIN_TOKEN=1 deploy/tls/make-certs.sh`, the same images and small sy
 as tests/e2e/test_compose.py (shared helpers: stack_env, compose_command).
 
 The run has 3 sites, 2 of them local (POWERTRIP_LOCAL_SITES): the third is a "remote"
-worker started outside the compose project, as deploy/README.md ("Running a site worker on
+worker started outside the compose project, as docs/deploy.md ("Running a site worker on
 a remote GPU VM") says: `powertrip site-bundle`, then the bundle's own docker-run.sh, dialling
 the aggregator's and the profiler's published ports over mutual TLS with the join token.
 The ports are published on the host's docker0 address, where a plain `docker run` container

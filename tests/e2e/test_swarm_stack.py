@@ -1,7 +1,7 @@
 """The Docker Swarm stack for real: `docker stack deploy -c deploy/swarm/stack.yml` on a
 single-node swarm made here, with the same locally built images as the compose tests.
 
-What runs, in order, as deploy/README.md ("Docker Swarm", "Running a site worker on a remote
+What runs, in order, as docs/deploy.md ("Docker Swarm", "Running a site worker on a remote
 GPU VM") says to do it:
 
 1. `docker swarm init` (unless this engine is already a swarm manager: then it is used and
@@ -24,7 +24,7 @@ GPU VM") says to do it:
 
 Skipped, with the reason, without a Docker engine, openssl, or a node that can be a swarm
 manager.  No IPVS in this kernel (dockerd: "ipvs is not enabled"), so the stack uses
-dnsrr endpoints and host-mode published ports (deploy/README.md says why).
+dnsrr endpoints and host-mode published ports (docs/deploy.md says why).
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def test_entrypoint_builds_the_run_config_from_the_environment():
 
 def test_images_run_unprivileged_and_only_the_listed_services_run_as_root():
     """The Dockerfile's service images end with USER 65532; compose and Swarm run a service as
-    root only where deploy/README.md's "Who runs as root" says it must (bind-mounted host
+    root only where docs/deploy.md's "Who runs as root" says it must (bind-mounted host
     files, tc), and Swarm hands the non-root services their secrets as uid 65532."""
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     stages = re.split(r"^FROM ", dockerfile, flags=re.M)[1:]
@@ -249,7 +249,7 @@ def test_images_run_unprivileged_and_only_the_listed_services_run_as_root():
     for name in ("policy", "profiler", "aggregator"):
         for secret in stack[name]["secrets"]:
             assert (secret["uid"], secret["gid"]) == ("65532", "65532"), (name, secret)
-    table = (DEPLOY / "README.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
+    table = (REPO / "docs" / "deploy.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
     for name in ("`aggregator`", "`site-worker`", "`policy`, `profiler`"):
         assert name in table
 

@@ -18,7 +18,7 @@ test_ray_experiments.py).
   dial. It is a plain gRPC port guarded by a join token made for the run (the workers get
   it through Ray; no TLS: `--insecure`). Like Ray's own ports, it belongs on the cluster's
   private network; a run across an untrusted network uses site bundles with mutual TLS
-  (deploy/README.md) instead.
+  (docs/deploy.md) instead.
 * Each node needs this package, the same version, and its data, as for `--ray` sweeps.
 """
 

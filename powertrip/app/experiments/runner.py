@@ -198,7 +198,7 @@ def _start_together(
 
     Each process spends about 2 s importing torch and loading data before it can serve or
     register; started one after the other that was about 4 s of every run of `make demo`
-    (bench/RESULTS.md). The aggregator gets a port picked here, so the workers can be given
+    (docs/benchmarks.md). The aggregator gets a port picked here, so the workers can be given
     its address at once and wait for it (their Register waits for the channel)."""
 
     def spawn_workers(aggregator: ServiceProcess) -> None:
