@@ -35,7 +35,7 @@ def list_policies() -> str:
     width = max(len(n) for n in REGISTRY)
     lines = []
     for name, cls in REGISTRY.items():
-        params = ", ".join(_param_text(k, v) for k, v in cls.default_params.items())
+        params = ", ".join(_param_text(k, v) for k, v in cls.Params().as_numbers().items())
         lines.append(f"{name:<{width}}  {cls.summary}" + (f"  [{params}]" if params else ""))
         for line in textwrap.wrap(cls.details, width=96):
             lines.append(" " * (width + 2) + line)

@@ -100,7 +100,7 @@ def check_policy_names(names: Collection[str], params: Collection[str] = ()) -> 
             f"unknown policy {', '.join(unknown)}; valid policies: {', '.join(REGISTRY)}"
         )
     for name in names:
-        allowed = {*REGISTRY[name].default_params, *SERVICE_PARAMS}
+        allowed = {*REGISTRY[name].Params.names(), *SERVICE_PARAMS}
         extra = sorted(set(params) - allowed)
         if extra:
             raise UnknownPolicy(

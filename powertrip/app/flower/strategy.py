@@ -48,7 +48,7 @@ from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
 from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
 from powertrip.core.policies import REGISTRY, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
-from powertrip.core.policies.base import ESTIMATORS, param_number
+from powertrip.core.policies.base import ESTIMATORS
 from powertrip.core.timemodel import WORK_MODELS, site_times_s
 
 CLOCKS = ("simulated", "wall")
@@ -142,7 +142,8 @@ class PowerTripStrategy(FedAvg):
             fraction_train=fraction_train, min_train_nodes=min_train_nodes,
             min_available_nodes=min_available_nodes, **fedavg_options,
         )  # fmt: skip
-        self.policy = _get_policy(policy)  # an unknown name fails here, listing the valid ones
+        # an unknown name or a bad parameter fails here, named as `powertrip run` names it
+        self.policy = _get_policy(policy, policy_params)
         self.policy_name = policy
         if self.policy.centralized:
             federated = ", ".join(n for n, cls in REGISTRY.items() if not cls.centralized)
@@ -150,8 +151,8 @@ class PowerTripStrategy(FedAvg):
                 f"policy {policy!r} trains one site on pooled data (centralized): a Flower "
                 f"federation has no pooled data; choose a federated policy: {federated}"
             )
-        self.params = {k: param_number(k, v) for k, v in (policy_params or {}).items()}
-        self.policy.check_params(self.params)  # as `powertrip run` does, before any node
+        # the given parameters as the policy read them (it holds them as its defaults)
+        self.params = {name: getattr(self.policy.defaults, name) for name in policy_params or {}}
         if not (math.isfinite(tau_s) and tau_s > 0):
             raise ValueError(f"tau_s must be > 0, got {tau_s}")
         if comm_directions not in (1, 2):
@@ -328,7 +329,6 @@ class PowerTripStrategy(FedAvg):
             seed=self.seed,
             round=len(self.trained_rounds) + 1,  # a round that trained nothing is no round
             estimator=self.estimator,
-            params=self.params,
             work_model=self.work_model,
         )
 
