@@ -51,6 +51,8 @@ def test_policies_as_json_list_every_policy_with_its_defaults(capsys):
     k = static["parameters"][0]
     assert k["name"] == "k" and k["type"] == "int" and k["default"] is None
     assert k["allowed"].startswith("a whole number >= 1") and k["doc"]
+    adaptive = next(p for p in listed if p["name"] == "adaptive")
+    assert adaptive["estimator"] == "clock" and static["estimator"] is None
 
 
 def _run_with_logs(tmp_path):

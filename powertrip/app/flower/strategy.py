@@ -48,7 +48,7 @@ from powertrip.app.flower.rounds import RoundLog, RunOutput, write_rounds_csv
 from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM, OuterStep
 from powertrip.core.policies import REGISTRY, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
-from powertrip.core.policies.base import ESTIMATORS
+from powertrip.core.policies.base import ESTIMATORS, Policy
 from powertrip.core.timemodel import WORK_MODELS, site_times_s
 
 CLOCKS = ("simulated", "wall")
@@ -58,6 +58,8 @@ DEFAULTS_THAT_DIFFER: dict[str, str] = {
     "comm_directions": "2: a Flower round sends the model down and the update up, and the "
     "strategy cannot know that a node kept the last model; the services charge the paper's "
     "Eq. 3 (the upload alone, 1)",
+    "estimator": "unset: the policy's own where it has one (adaptive's clock), else paper as "
+    "the services'; a strategy is built for one policy, so one it would not use is refused",
     "outer_optimizer": "fedavg: a Flower app brings its own model, data and client "
     "optimizer, where DiLoCo's lr 0.7 and momentum 0.9 were chosen on this project's "
     "FEMNIST CNN only; FedAvg's average is what the user's FedAvg did",
@@ -76,7 +78,9 @@ class PowerTripStrategy(FedAvg):
       update_size_bytes: M in Eq. 3; default: the bytes of the model's arrays.
       comm_directions: 2 (model down and update up; the services charge 1, the upload:
         `DEFAULTS_THAT_DIFFER` says why) or 1.
-      estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...).
+      estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...); the
+        estimator unset is the policy's own where it has one (`adaptive`: clock), else paper,
+        and one the policy does not use is refused.
       seed: the policy's seed (random-k and Oort draw from (seed, round)).
       clock: `simulated` (the time model's charge) or `wall` (measured).
       accuracy_key: the MetricRecord key read for accuracy (centralized evaluation first);
@@ -118,7 +122,7 @@ class PowerTripStrategy(FedAvg):
         tau_s: float = 60.0,
         update_size_bytes: float | None = None,
         comm_directions: int = 2,
-        estimator: str = "paper",
+        estimator: str | None = None,
         work_model: str = "local-steps",
         seed: int = 0,
         clock: str = "simulated",
@@ -157,8 +161,9 @@ class PowerTripStrategy(FedAvg):
             raise ValueError(f"tau_s must be > 0, got {tau_s}")
         if comm_directions not in (1, 2):
             raise ValueError(f"comm_directions must be 1 or 2, got {comm_directions}")
-        if estimator not in ESTIMATORS:
+        if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
+        estimator = _estimator(self.policy, estimator)
         if work_model not in WORK_MODELS:
             raise ValueError(f"work_model {work_model!r} is not one of {', '.join(WORK_MODELS)}")
         if clock not in CLOCKS:
@@ -583,6 +588,18 @@ def _check_sampling(fraction_train: float, min_train_nodes: int, min_available_n
         raise ValueError(f"fraction_train must be in [0, 1], got {fraction_train!r}")
     _check_whole("min_train_nodes", min_train_nodes, 1)
     _check_whole("min_available_nodes", min_available_nodes, 0)
+
+
+def _estimator(policy: Policy, given: str | None) -> str:
+    """The round-time estimator for `policy`: `given`, or unset the policy's own (else the
+    services' default, paper); one the policy would not use is refused, not ignored."""
+    own = policy.estimator
+    if given is not None and own is not None and given != own:
+        raise ValueError(
+            f"policy {policy.name!r} estimates round times with the {own!r} estimator "
+            f"whatever it is given, so estimator {given!r} would not be used; leave it unset"
+        )
+    return given if given is not None else own or "paper"
 
 
 def _check_whole(name: str, value: object, least: int) -> None:

@@ -66,14 +66,15 @@ ALIASES = frozenset({"centralized-25", "centralized-50"})
 
 def catalogue() -> list[dict]:
     """Every policy as data (what `powertrip policies --format json` prints): its name,
-    summary, details, its default parameters as a run records them (`params`, an unset one
-    as 0) and each parameter's declaration (`parameters`: type, default, allowed values,
-    doc)."""
+    summary, details, the estimator it is built on (null: the run's), its default
+    parameters as a run records them (`params`, an unset one as 0) and each parameter's
+    declaration (`parameters`: type, default, allowed values, doc)."""
     return [
         {
             "name": name,
             "summary": cls.summary,
             "details": cls.details,
+            "estimator": cls.estimator,
             "params": cls.Params().as_numbers(),
             "parameters": [
                 {

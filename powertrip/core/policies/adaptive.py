@@ -161,6 +161,9 @@ class Adaptive(Policy):
         "off below the target, k stays a probe step above (unset: no floor)."
     )
     Params = AdaptiveParams
+    #: its probes are checked against the measured rounds, which the clock charges as the
+    #: straggler's: a time model that hides the straggler would fail them (step 1)
+    estimator = "clock"
     ranking = "power-to-cost score (Eq. 8)"
 
     def select(self, ctx: Context) -> Decision:
@@ -170,7 +173,7 @@ class Adaptive(Policy):
         n = len(ranked)
         # OUR CHOICE: the clock's estimator whatever the request's (step 1)
         times = prefix_round_time_estimates(
-            ctx.tau_s, table.power[ranked], table.comm_s[ranked], "clock", ctx.work_model
+            ctx.tau_s, table.power[ranked], table.comm_s[ranked], self.estimator, ctx.work_model
         )
         k0 = min(p.k0, n) if p.k0 is not None else auto_k0(n)
         alpha, beta = weights(ctx.update_size_bytes, p.m_ref_gb * GB)
@@ -183,7 +186,7 @@ class Adaptive(Policy):
             "beta": round(beta, 6),
             "alive": n,
             "k0": k0,
-            "estimator": "clock",
+            "estimator": self.estimator,
             "work_model": ctx.work_model,
         }
         if not ctx.history:

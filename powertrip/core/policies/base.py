@@ -225,6 +225,9 @@ class Policy(ABC):
     details: ClassVar[str] = ""
     #: the policy's parameters: a frozen dataclass declared beside it (params.py)
     Params: ClassVar[type[PolicyParams]] = PolicyParams
+    #: the round-time estimator the policy is built on, whatever the request's; None: the
+    #: request's (`Context.estimator`)
+    estimator: ClassVar[str | None] = None
     #: whether it trains one site on pooled data (centralized.py) rather than a federation
     centralized: ClassVar[bool] = False
 
