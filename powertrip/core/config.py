@@ -228,12 +228,14 @@ class RunConfig(RunSettings):
     def resolved_policy_params(self) -> dict[str, float]:
         """Every parameter of the run's policy: its defaults today, overridden by the ones
         given. What a run writes, so that it reruns the same after a default moves; an
-        unknown policy keeps the given ones (the policy service names it)."""
+        unset one (the policy's own choice) as 0, the form every stored run has
+        (`PolicyParams.as_numbers`); an unknown policy keeps the given ones (the policy
+        service names it)."""
         from powertrip.core.policies import REGISTRY  # the catalogue imports numpy
 
         cls = REGISTRY.get(self.policy)
-        defaults = cls.default_params if cls is not None else {}
-        return {**{k: float(v) for k, v in defaults.items()}, **self.policy_params}
+        defaults = cls.Params().as_numbers() if cls is not None else {}
+        return {**defaults, **self.policy_params}
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, the policy's parameters resolved (`resolved_policy_params`): what

@@ -185,7 +185,10 @@ class RunSettings:
     )  # fmt: skip
     estimator: str = setting(
         "paper", "round-time estimator: the mean power of the top k (paper) or the max over "
-        "sites (clock)", choices=ESTIMATORS, services=("policy",),
+        "sites (clock)", choices=ESTIMATORS, services=("policy",), flower=None,
+        flower_why="unset: the policy's own where it has one (adaptive's clock), else paper "
+        "as the services'; a strategy is built for one policy, so one it would not use is "
+        "refused",
     )  # fmt: skip
     comm_directions: int = setting(
         1, "transfers charged per round: 1 the update's upload (the paper's Eq. 3 and §5.1), "

@@ -41,10 +41,22 @@ def blocks(demo: Path = DEMO, claims: Path = CLAIMS) -> dict[str, str]:
 
 
 def policy_list() -> str:
-    """docs/cli.md's list of policies: every registered one with its one-line summary."""
+    """docs/cli.md's list of policies: every registered one with its one-line summary, the
+    estimator it is built on where it has its own, and its parameters as it declares them
+    (type, default, doc, allowed values)."""
     from powertrip.core.policies import catalogue
 
-    return "".join(f"* `{p['name']}`: {p['summary']}\n" for p in catalogue())
+    lines = []
+    for p in catalogue():
+        lines.append(f"* `{p['name']}`: {p['summary']}")
+        if p["estimator"] is not None:
+            lines.append(f"  * estimator: `{p['estimator']}`, its own (the run's is not used)")
+        for q in p["parameters"]:
+            default = "unset" if q["default"] is None else f"{q['default']:g}"
+            lines.append(
+                f"  * `{q['name']}` ({q['type']}, default {default}): {q['doc']}; {q['allowed']}"
+            )
+    return "".join(line + "\n" for line in lines)
 
 
 def pages() -> dict[Path, dict[str, str]]:

@@ -26,19 +26,27 @@ SPEC = ServiceSpec(
 )
 
 
-def _param_text(name: str, value: float) -> str:
-    return f"{name}={value:g}"
-
-
 def list_policies() -> str:
-    """Per policy: name, summary and default parameters, then its details indented."""
+    """Per policy: name and summary, then indented its details, the estimator it is built
+    on where it has its own, and each parameter as its policy declares it."""
     width = max(len(n) for n in REGISTRY)
+    indent = " " * (width + 2)
     lines = []
     for name, cls in REGISTRY.items():
-        params = ", ".join(_param_text(k, v) for k, v in cls.default_params.items())
-        lines.append(f"{name:<{width}}  {cls.summary}" + (f"  [{params}]" if params else ""))
+        lines.append(f"{name:<{width}}  {cls.summary}")
         for line in textwrap.wrap(cls.details, width=96):
-            lines.append(" " * (width + 2) + line)
+            lines.append(indent + line)
+        if cls.estimator is not None:
+            lines.append(f"{indent}estimator: {cls.estimator}, its own (the run's is not used)")
+        for spec in cls.Params.specs():
+            lines.extend(
+                textwrap.wrap(
+                    spec.describe(),
+                    width=96,
+                    initial_indent=indent + "- ",
+                    subsequent_indent=indent + "    ",
+                )
+            )
     return "\n".join(lines)
 
 

@@ -68,7 +68,9 @@ def to_selection(policy: str, outcome: Chosen) -> policy_pb2.Selection:
 
 def policy_infos() -> list[policy_pb2.PolicyInfo]:
     return [
-        policy_pb2.PolicyInfo(name=name, summary=cls.summary, default_params=cls.default_params)
+        policy_pb2.PolicyInfo(
+            name=name, summary=cls.summary, default_params=cls.Params().as_numbers()
+        )
         for name, cls in REGISTRY.items()
     ]
 

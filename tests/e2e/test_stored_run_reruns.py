@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 RUN = ("--workload", "femnist", "--sites", "10", "--max-rounds", "4", "--seed", "3")
 COMPARED = ("rounds.csv", "decisions.jsonl")
 #: the moved default: round 1 takes 3 sites instead of max(2, 5 % of 10)
-MOVED = "Adaptive.default_params['k0'] = 3.0"
+MOVED = "Adaptive.Params = Adaptive.Params.with_defaults(k0=3)"
 
 
 def powertrip(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -51,7 +51,7 @@ def test_a_stored_run_reruns_byte_identical_after_a_default_moved(tmp_path):
     stored = tmp_path / "stored"
     powertrip("run", "--policy", "adaptive", *RUN, "--out", str(stored))
     config = yaml.safe_load((stored / "config.yaml").read_text())
-    assert config["policy_params"]["k0"] == 0.0  # every parameter, as it ran
+    assert config["policy_params"]["k0"] == 0.0  # every parameter, as it ran (unset as 0)
     made_by = config["provenance"]
     assert made_by["cpu_kernels"] == "pinned" and made_by["powertrip_version"]
     assert "commit" in made_by and "torch" in made_by

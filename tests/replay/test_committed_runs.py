@@ -15,7 +15,7 @@ from powertrip.app.experiments.replay import REPLAYABLE, first_departure, load_s
 from powertrip.core import runfiles
 from powertrip.core.config import RunConfig
 from powertrip.core.policies import REGISTRY
-from powertrip.core.policies.adaptive import probe_step
+from powertrip.core.policies.adaptive import AdaptiveParams, probe_step
 from powertrip.core.policies.floors import ceiling_floor, stall_floor
 
 pytestmark = pytest.mark.replay
@@ -34,7 +34,7 @@ def test_every_run_records_every_parameter_of_its_policy(name):
     missing = []
     for run in COMMITTED:
         config = RunConfig.from_run(run / name)
-        want, have = set(REGISTRY[config.policy].default_params), set(config.policy_params)
+        want, have = set(REGISTRY[config.policy].Params.names()), set(config.policy_params)
         if have != want:
             missing.append(f"{run}: lacks {sorted(want - have)}, unknown {sorted(have - want)}")
     assert not missing, "\n".join(missing[:20])
@@ -69,13 +69,14 @@ def test_no_floor_of_adaptive_binds_on_a_committed_run():
         with (run / runfiles.ROUNDS).open(newline="") as handle:
             rows = list(csv.DictReader(handle))
         accuracies, ks = [float(r["accuracy"]) for r in rows], [int(r["k"]) for r in rows]
-        p = config.policy_params
-        step, n = probe_step(p, config.num_sites), config.num_sites
+        p = AdaptiveParams.parse("adaptive", config.policy_params)
+        assert p.ceiling_rounds is not None and p.stall_rounds is not None, run  # both on
+        step, n = probe_step(p.probe_pct, config.num_sites), config.num_sites
         for r in range(1, len(rows)):
             ceiling, _ = ceiling_floor(
-                accuracies[:r], ks[:r], config.target_accuracy, int(p["ceiling_rounds"]), step, n
+                accuracies[:r], ks[:r], config.target_accuracy, p.ceiling_rounds, step, n
             )
-            stall, _ = stall_floor(accuracies[:r], ks[:r], int(p["stall_rounds"]), step, n)
+            stall, _ = stall_floor(accuracies[:r], ks[:r], p.stall_rounds, step, n)
             assert max(ceiling, stall) <= ks[r], f"{run}: round {r + 1}"
         checked += 1
     assert checked >= 40

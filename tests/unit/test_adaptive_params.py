@@ -58,6 +58,17 @@ def test_the_round_time_sees_the_straggler_whatever_the_estimator():
         assert d.predicted_round_time_s > TAU / 0.2
 
 
+def test_the_estimator_it_is_built_on_is_declared_and_named_in_each_decision():
+    """Its probes are checked against measured rounds, which the clock charges: the
+    request's estimator (shared with the shadows) is not used, and the policy says so."""
+    policy = REGISTRY["adaptive"]
+    assert policy.estimator == "clock"
+    assert all(cls.estimator is None for name, cls in REGISTRY.items() if name != "adaptive")
+    for estimator in ("paper", "clock"):
+        d = get_policy("adaptive").select(ctx(gentle_table(), estimator=estimator))
+        assert d.explanation["estimator"] == "clock"
+
+
 def test_other_work_models_use_their_own_estimate():
     table = gentle_table()
     for work_model in ("data-parallel", "power-split"):

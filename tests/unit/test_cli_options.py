@@ -106,6 +106,10 @@ def test_set_counts_as_chosen_for_compare_bounds():
         (["--set", "clock="], ["clock must not be empty"]),
         (["--policy", "nope"], ["unknown policy nope", "valid policies: powertrip"]),
         (["--policy", "static", "--param", "kk=3"], ["unknown parameter(s) kk", "allowed: k"]),
+        (["--policy", "static", "--param", "k=-1"],
+         ["policy 'static': k must be a whole number >= 1"]),
+        (["--policy", "adaptive", "--set", "policy_params.probe_cost=2"],
+         ["policy 'adaptive': probe_cost must be in [0, 1], got 2"]),
         # synthetic has no limit (a site beyond its 200 users generates its own data): the
         # site-count check is shown on speech's 249 training samples
         (["--workload", "speech", "--sites", "250"], ["num_sites", "250", "249 training samples"]),
@@ -152,6 +156,7 @@ def test_training_samples_match_the_loaded_data():
         ("compare", ["--policies", "static:k"], ["a parameter is written NAME=VALUE"]),
         ("compare", ["--policies", "static:nope=1"], ["unknown parameter(s) nope"]),
         ("compare", ["--policies", "powertrip:window=x"], ["window: 'x' is not a number"]),
+        ("compare", ["--policies", "static:k=2.5"], ["policy 'static': k must be a whole number"]),
         ("compare", ["--budget-factor", "-1"], ["--budget-factor: must be >= 0"]),
         ("sweep", ["--k", "3,0"], ["--k values must be in 1..6"]),
         ("sweep", ["--k", "a"], ["--k must be comma-separated integers"]),

@@ -30,8 +30,8 @@ def test_a_stored_config_keeps_its_parameters_when_a_default_moves(tmp_path, mon
     path = tmp_path / "config.yaml"
     RunConfig(policy="adaptive").write_yaml(path, made_by={"commit": "abc"})
     assert "provenance:" in path.read_text() and "commit: abc" in path.read_text()
-    moved = {**REGISTRY["adaptive"].default_params, "probe_cost": 0.5}
-    monkeypatch.setattr(REGISTRY["adaptive"], "default_params", moved)
+    moved = REGISTRY["adaptive"].Params.with_defaults(probe_cost=0.5)
+    monkeypatch.setattr(REGISTRY["adaptive"], "Params", moved)
     stored = RunConfig.from_yaml(path)
     assert stored.policy_params["probe_cost"] == 0.1  # as it ran, not today's 0.5
     assert RunConfig(policy="adaptive").to_dict()["policy_params"]["probe_cost"] == 0.5

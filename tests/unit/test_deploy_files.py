@@ -249,7 +249,9 @@ def test_images_run_unprivileged_and_only_the_listed_services_run_as_root():
     for name in ("policy", "profiler", "aggregator"):
         for secret in stack[name]["secrets"]:
             assert (secret["uid"], secret["gid"]) == ("65532", "65532"), (name, secret)
-    table = (REPO / "docs" / "deploy.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
+    table = (
+        (REPO / "docs" / "deploy.md").read_text().split("## Who runs as root")[1].split("\n## ")[0]
+    )
     for name in ("`aggregator`", "`site-worker`", "`policy`, `profiler`"):
         assert name in table
 

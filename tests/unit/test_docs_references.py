@@ -62,7 +62,7 @@ def make_targets() -> set[str]:
 
 
 def all_params() -> set[str]:
-    return {k for cls in REGISTRY.values() for k in cls.default_params}
+    return {k for cls in REGISTRY.values() for k in cls.Params.names()}
 
 
 def problems(text: str, where: str = "page") -> list[str]:
@@ -89,7 +89,7 @@ def problems(text: str, where: str = "page") -> list[str]:
             if name not in params:
                 found.append(f"{where}: policy parameter {name}: no policy has it")
         for policy, name in re.findall(r"\b([a-z][\w-]*):([a-z_]+)=", line):
-            if policy in REGISTRY and name not in REGISTRY[policy].default_params:
+            if policy in REGISTRY and name not in REGISTRY[policy].Params.names():
                 found.append(f"{where}: {policy}:{name}=: {policy} has no parameter {name}")
         for names in re.findall(r"--polic(?:y|ies)[ =]([\w:=.,-]+)", line):
             for spec in names.split(","):

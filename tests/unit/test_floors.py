@@ -91,13 +91,21 @@ def test_the_floor_is_on_by_default_and_a_bad_value_names_it():
         PastRound(r, k, a, clock_time(table, np.arange(k)))
         for r, (a, k) in enumerate(zip(accuracies, ks, strict=True), 1)
     ]
-    off = {"ceiling_rounds": 0, "stall_rounds": 0}
-    plain = get_policy("adaptive").select(ctx(table, history, target_accuracy=0.62, params=off))
-    assert plain.k == 2 and "ceiling_floor" not in plain.explanation
+    # off: unset (None), or 0 as a stored run writes it
+    for off in (
+        {"ceiling_rounds": 0, "stall_rounds": 0},
+        {"ceiling_rounds": None, "stall_rounds": None},
+    ):
+        plain = get_policy("adaptive").select(ctx(table, history, target_accuracy=0.62, params=off))
+        assert plain.k == 2 and "ceiling_floor" not in plain.explanation
     raised = get_policy("adaptive").select(ctx(table, history, target_accuracy=0.62))
     assert raised.explanation["ceiling_floor"] == 4  # 2 + the probe step (5 % of 40)
     assert raised.k == 4 and "raised to the floor k=4" in raised.explanation["reason"]
-    with pytest.raises(PolicyError, match="ceiling_rounds must be 0 .no floor. or a whole number"):
+    with pytest.raises(
+        PolicyError,
+        match=r"'adaptive': ceiling_rounds must be a whole number >= 5 \(0 or unset: no ceiling "
+        r"floor\), got 3",
+    ):
         get_policy("adaptive").select(ctx(table, history, params={"ceiling_rounds": 3}))
 
 

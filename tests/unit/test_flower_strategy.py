@@ -247,3 +247,20 @@ def test_a_round_with_no_profiles_is_recorded_with_its_reason_and_is_no_policy_r
     assert strategy.rounds[-1].sim_time_s == 5.0 and strategy.rounds[-1].round_time_s == 0.0
     ctx = strategy.context(_profiles(), 4, 1.0)
     assert ctx.round == 2 and [h.round for h in ctx.history] == [2]
+
+
+def test_an_estimator_the_policy_would_not_use_is_refused_at_construction():
+    """adaptive times its rounds with the clock's estimator whatever it is given: unset, the
+    strategy takes the policy's own; named otherwise, it says so rather than ignore it."""
+    assert PowerTripStrategy("adaptive", update_size_bytes=M).estimator == "clock"
+    assert PowerTripStrategy("adaptive", estimator="clock").estimator == "clock"
+    with pytest.raises(
+        ValueError,
+        match="policy 'adaptive' estimates round times with the 'clock' estimator whatever it "
+        "is given, so estimator 'paper' would not be used",
+    ):
+        PowerTripStrategy("adaptive", estimator="paper", update_size_bytes=M)
+    assert PowerTripStrategy("powertrip").estimator == "paper"  # the services' default
+    assert PowerTripStrategy("powertrip", estimator="clock").estimator == "clock"
+    with pytest.raises(ValueError, match="estimator 'guess' is not one of paper, clock"):
+        PowerTripStrategy("adaptive", estimator="guess")

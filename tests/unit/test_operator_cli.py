@@ -46,7 +46,13 @@ def test_policies_as_json_list_every_policy_with_its_defaults(capsys):
     listed = json.loads(capsys.readouterr().out)
     assert [p["name"] for p in listed] == list(REGISTRY)
     static = next(p for p in listed if p["name"] == "static")
-    assert static["params"] == REGISTRY["static"].default_params and static["summary"]
+    assert static["params"] == {"k": 0.0, "m_ref_gb": 1.5} and static["summary"]
+    assert static["params"] == REGISTRY["static"].Params().as_numbers()
+    k = static["parameters"][0]
+    assert k["name"] == "k" and k["type"] == "int" and k["default"] is None
+    assert k["allowed"].startswith("a whole number >= 1") and k["doc"]
+    adaptive = next(p for p in listed if p["name"] == "adaptive")
+    assert adaptive["estimator"] == "clock" and static["estimator"] is None
 
 
 def _run_with_logs(tmp_path):

@@ -184,9 +184,9 @@ def test_fig13_checks_the_score_weights_with_the_runs_m_ref():
     from reproduction.paper import fig13
 
     assert scoring.weights(1e9, 1.5e9) == fig13.weights(1e9, 1.5e9) == (0.6, 0.4)
-    scored = [c for c in REGISTRY.values() if "m_ref_gb" in c.default_params]
+    scored = [c for c in REGISTRY.values() if "m_ref_gb" in c.Params.names()]
     assert "powertrip" in {c.name for c in scored}
-    assert all(c.default_params["m_ref_gb"] == fig13.M_REF_GB for c in scored)
+    assert all(c.Params().m_ref_gb == fig13.M_REF_GB for c in scored)
     empty = VariantData("size-1gb", "1 GB", ["powertrip"])
     small = fig13.weights_claim(empty, 1.0, power_first=True)
     large = fig13.weights_claim(empty, 2.0, power_first=False)

@@ -15,9 +15,7 @@ from powertrip.v1 import common_pb2
 @pytest.mark.parametrize("service", ["policy", "site_worker"])
 def test_a_service_reads_back_what_the_aggregator_sent(service):
     run = RunConfig(seed=7, carbon_slack=1.5, delta_encoding="fp32", num_sites=12, tau_s=30.0)
-    message = common_pb2.RunSettings.FromString(
-        settings_message(run, service).SerializeToString()
-    )
+    message = common_pb2.RunSettings.FromString(settings_message(run, service).SerializeToString())
     assert set(message.values) == set(for_service(service))
     read = read_settings(message, service)
     assert read == {name: getattr(run, name) for name in for_service(service)}

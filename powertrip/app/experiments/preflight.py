@@ -6,7 +6,7 @@ run directory or a service that dies on start-up."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +89,13 @@ def sweep_ks(args: argparse.Namespace, config: RunConfig) -> list[int]:
     return ks
 
 
-def check_policy_names(names: Collection[str], params: Collection[str] = ()) -> None:
+def check_policy_names(
+    names: Collection[str], params: Collection[str] | Mapping[str, float] = ()
+) -> None:
     """Every policy exists and takes every parameter given, by the policy catalogue
-    that the policy service serves (powertrip.core.policies), read before it starts."""
-    from powertrip.core.policies import REGISTRY, SERVICE_PARAMS
+    that the policy service serves (powertrip.core.policies), read before it starts; given
+    as a mapping, each value is checked too, as the policy checks it when it is built."""
+    from powertrip.core.policies import REGISTRY, SERVICE_PARAMS, PolicyError
 
     unknown = [name for name in names if name not in REGISTRY]
     if unknown:
@@ -100,13 +103,18 @@ def check_policy_names(names: Collection[str], params: Collection[str] = ()) -> 
             f"unknown policy {', '.join(unknown)}; valid policies: {', '.join(REGISTRY)}"
         )
     for name in names:
-        allowed = {*REGISTRY[name].default_params, *SERVICE_PARAMS}
+        allowed = {*REGISTRY[name].Params.names(), *SERVICE_PARAMS}
         extra = sorted(set(params) - allowed)
         if extra:
             raise UnknownPolicy(
                 f"policy {name!r}: unknown parameter(s) {', '.join(extra)}; allowed: "
                 f"{', '.join(sorted(allowed))}"
             )
+        if isinstance(params, Mapping):
+            try:
+                REGISTRY[name]({k: v for k, v in params.items() if k not in SERVICE_PARAMS})
+            except PolicyError as exc:
+                raise UnknownPolicy(str(exc)) from None
 
 
 def check_sites(config: RunConfig) -> None:
@@ -128,19 +136,18 @@ def preflight(config: RunConfig, args: argparse.Namespace) -> None:
     policies and their parameters, --k, --budget-factor, the site count against the data,
     and that --out can be a directory. Raises UnknownPolicy or ConfigError."""
     command = args.command
-    params = list(config.policy_params)
+    params = dict(config.policy_params)
     if command == "run":
         check_policy_names([config.policy], params)
     elif command == "compare":
         for spec in compare_policies(args):
-            check_policy_names([spec.policy], [*params, *spec.params])
+            check_policy_names([spec.policy], {**params, **spec.params})
         if args.budget_factor is not None and args.budget_factor < 0:
             raise ConfigError(
                 f"--budget-factor: must be >= 0 (0 = no cut-off), got {args.budget_factor:g}"
             )
     elif command == "sweep":
-        sweep_ks(args, config)
-        check_policy_names(["static"], [*params, "k"])
+        check_policy_names(["static"], {**params, "k": sweep_ks(args, config)[0]})
     check_sites(config)
     out = getattr(args, "out", None)
     if out and Path(out).exists() and not Path(out).is_dir():

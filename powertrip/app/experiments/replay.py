@@ -46,7 +46,7 @@ class StoredRun:
 def load_stored(path: Path) -> StoredRun:
     """A run directory's resolved config and rounds, checked to be replayable."""
     config = RunConfig.from_run(path / runfiles.CONFIG)
-    missing = sorted(set(REGISTRY[config.policy].default_params) - set(config.policy_params))
+    missing = sorted(set(REGISTRY[config.policy].Params.names()) - set(config.policy_params))
     if missing:
         raise ReplayError(
             f"{path}: its config.yaml does not record the parameter(s) {', '.join(missing)} "

@@ -49,7 +49,7 @@ from powertrip.core.clocks import CLOCKS
 from powertrip.core.outer import OuterStep
 from powertrip.core.policies import REGISTRY, Context, Decision, SiteTable
 from powertrip.core.policies import get_policy as _get_policy
-from powertrip.core.policies.base import ESTIMATORS, param_number
+from powertrip.core.policies.base import ESTIMATORS, Policy
 from powertrip.core.settings import flower_default, flower_defaults_that_differ
 from powertrip.core.timemodel import WORK_MODELS, site_times_s
 
@@ -71,7 +71,9 @@ class PowerTripStrategy(FedAvg):
       update_size_bytes: M in Eq. 3; default: the bytes of the model's arrays.
       comm_directions: 2 (model down and update up; the services charge 1, the upload:
         `DEFAULTS_THAT_DIFFER` says why) or 1.
-      estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...).
+      estimator, work_model: as the services' (`paper`/`clock`; `local-steps`, ...); the
+        estimator unset is the policy's own where it has one (`adaptive`: clock), else paper,
+        and one the policy does not use is refused.
       seed: the policy's seed (random-k and Oort draw from (seed, round)).
       clock: `simulated` (the time model's charge) or `wall` (measured).
       accuracy_key: the MetricRecord key read for accuracy (centralized evaluation first);
@@ -113,7 +115,7 @@ class PowerTripStrategy(FedAvg):
         tau_s: float = 60.0,
         update_size_bytes: float | None = None,
         comm_directions: int = flower_default("comm_directions"),
-        estimator: str = flower_default("estimator"),
+        estimator: str | None = flower_default("estimator"),
         work_model: str = flower_default("work_model"),
         seed: int = flower_default("seed"),
         clock: str = flower_default("clock"),
@@ -137,7 +139,8 @@ class PowerTripStrategy(FedAvg):
             fraction_train=fraction_train, min_train_nodes=min_train_nodes,
             min_available_nodes=min_available_nodes, **fedavg_options,
         )  # fmt: skip
-        self.policy = _get_policy(policy)  # an unknown name fails here, listing the valid ones
+        # an unknown name or a bad parameter fails here, named as `powertrip run` names it
+        self.policy = _get_policy(policy, policy_params)
         self.policy_name = policy
         if self.policy.centralized:
             federated = ", ".join(n for n, cls in REGISTRY.items() if not cls.centralized)
@@ -145,14 +148,15 @@ class PowerTripStrategy(FedAvg):
                 f"policy {policy!r} trains one site on pooled data (centralized): a Flower "
                 f"federation has no pooled data; choose a federated policy: {federated}"
             )
-        self.params = {k: param_number(k, v) for k, v in (policy_params or {}).items()}
-        self.policy.check_params(self.params)  # as `powertrip run` does, before any node
+        # the given parameters as the policy read them (it holds them as its defaults)
+        self.params = {name: getattr(self.policy.defaults, name) for name in policy_params or {}}
         if not (math.isfinite(tau_s) and tau_s > 0):
             raise ValueError(f"tau_s must be > 0, got {tau_s}")
         if comm_directions not in (1, 2):
             raise ValueError(f"comm_directions must be 1 or 2, got {comm_directions}")
-        if estimator not in ESTIMATORS:
+        if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
+        estimator = _estimator(self.policy, estimator)
         if work_model not in WORK_MODELS:
             raise ValueError(f"work_model {work_model!r} is not one of {', '.join(WORK_MODELS)}")
         if clock not in CLOCKS:
@@ -323,7 +327,6 @@ class PowerTripStrategy(FedAvg):
             seed=self.seed,
             round=len(self.trained_rounds) + 1,  # a round that trained nothing is no round
             estimator=self.estimator,
-            params=self.params,
             work_model=self.work_model,
         )
 
@@ -578,6 +581,18 @@ def _check_sampling(fraction_train: float, min_train_nodes: int, min_available_n
         raise ValueError(f"fraction_train must be in [0, 1], got {fraction_train!r}")
     _check_whole("min_train_nodes", min_train_nodes, 1)
     _check_whole("min_available_nodes", min_available_nodes, 0)
+
+
+def _estimator(policy: Policy, given: str | None) -> str:
+    """The round-time estimator for `policy`: `given`, or unset the policy's own (else the
+    services' default, paper); one the policy would not use is refused, not ignored."""
+    own = policy.estimator
+    if given is not None and own is not None and given != own:
+        raise ValueError(
+            f"policy {policy.name!r} estimates round times with the {own!r} estimator "
+            f"whatever it is given, so estimator {given!r} would not be used; leave it unset"
+        )
+    return given if given is not None else own or "paper"
 
 
 def _check_whole(name: str, value: object, least: int) -> None:

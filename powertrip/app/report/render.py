@@ -192,7 +192,7 @@ def spec_label(run_dir: Path, config: dict) -> str:
     if not policy or run_dir.name == policy:
         return ""
     cls = REGISTRY.get(policy)
-    defaults = cls.default_params if cls is not None else {}
+    defaults = cls.Params().as_numbers() if cls is not None else {}
     params = config.get("policy_params") or {}
     moved = [f"{k}={float(v):g}" for k, v in params.items() if defaults.get(k) != v]
     return ":".join([policy, *moved]) if moved else run_dir.name

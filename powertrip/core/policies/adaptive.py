@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -73,7 +74,8 @@ from powertrip.core.policies.gainfit import (
     last_growth,
     short,
 )
-from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
+from powertrip.core.policies.params import PolicyParams, param
+from powertrip.core.policies.scoring import GB, m_ref_param, power_cost_ranking, weights
 from powertrip.core.timemodel import prefix_round_time_estimates
 
 #: at most this many failed trials (the latest) are listed in the explanation
@@ -85,9 +87,54 @@ def auto_k0(num_alive: int) -> int:
     return small_k0(num_alive, 0.05)
 
 
-def probe_step(p: dict, n: int) -> int:
+def probe_step(probe_pct: float, n: int) -> int:
     """The fixed part of one decision's move: probe_pct % of the n alive sites, at least 1."""
-    return max(1, round(p["probe_pct"] / 100.0 * n))
+    return max(1, round(probe_pct / 100.0 * n))
+
+
+@dataclass(frozen=True)
+class AdaptiveParams(PolicyParams):
+    """`adaptive`'s parameters (the module docstring's steps say how each is used)."""
+
+    k0: int | None = param(
+        None, "sites in round 1", whole=True, at_least=1, none="max(2, 5 % of the alive sites)"
+    )
+    fit_rounds: int = param(12, "gains in the fit's window", whole=True, at_least=3)
+    half_life: float = param(6.0, "rounds after which a gain counts half in the fit", above=0)
+    probe_factor: float = param(
+        1.25,
+        "one decision moves k by at most this factor, or by probe_pct if more",
+        at_least=1,
+        at_most=4,
+    )
+    probe_pct: float = param(
+        5.0,
+        "one decision may always move k this % of the alive sites (at least 1)",
+        at_least=0,
+        at_most=100,
+    )
+    probe_cost: float = param(
+        0.1, "a probe may lengthen the round by at most this share", at_least=0, at_most=1
+    )
+    probe_rounds: int = param(
+        2, "a probe is held this many rounds unless its first misses", whole=True, at_least=1
+    )
+    probe_margin: float = param(
+        0.25, "a growth missing its time or gain by more than this share is undone",
+        above=0, at_most=1,
+    )  # fmt: skip
+    probe_backoff: int = param(
+        10, "rounds a failed size is blocked (doubling per failure)", whole=True, at_least=0
+    )
+    m_ref_gb: float = m_ref_param()
+    stall_rounds: int | None = param(
+        20, "k's floor rises after this many rounds without a new best accuracy (floors.py)",
+        whole=True, at_least=1, none="no stall floor",
+    )  # fmt: skip
+    ceiling_rounds: int | None = param(
+        30, "k's floor rises after this many rounds at one k levelling off below the target",
+        whole=True, at_least=5, none="no ceiling floor",
+    )  # fmt: skip
 
 
 class Adaptive(Policy):
@@ -111,36 +158,25 @@ class Adaptive(Policy):
         "finds it more efficient. A growth undone so is a failed trial at size b: the m-th "
         "blocks growth to >= b for probe_backoff x 2^m rounds. Floors: after stall_rounds "
         "rounds without a new best accuracy, or ceiling_rounds rounds at one k levelling "
-        "off below the target, k stays a probe step above (0: no floor)."
+        "off below the target, k stays a probe step above (unset: no floor)."
     )
-    default_params = {
-        "k0": 0.0,  # 0: max(2, 5 % of the alive sites)
-        "fit_rounds": 12.0,  # gains in the fit's window
-        "half_life": 6.0,  # rounds after which a gain counts half in the fit
-        "probe_factor": 1.25,  # one decision moves k by at most this factor ...
-        "probe_pct": 5.0,  # ... or this % of the alive sites (at least 1), the larger
-        "probe_cost": 0.1,  # a probe may lengthen the round by at most this share
-        "probe_rounds": 2.0,  # a probe is held this many rounds unless its first misses
-        "probe_margin": 0.25,  # a growth missing its time or gain by more is undone
-        "probe_backoff": 10.0,  # rounds a failed size is blocked (doubling per failure)
-        "m_ref_gb": 1.5,
-        "stall_rounds": 20.0,  # k's floor rises after this many rounds without a new best
-        "ceiling_rounds": 30.0,  # ... and when this many rounds at one k level off below
-        # the target (floors.py); 0: no such floor
-    }
+    Params = AdaptiveParams
+    #: its probes are checked against the measured rounds, which the clock charges as the
+    #: straggler's: a time model that hides the straggler would fail them (step 1)
+    estimator = "clock"
     ranking = "power-to-cost score (Eq. 8)"
 
     def select(self, ctx: Context) -> Decision:
         p = self.params(ctx)
         table = ctx.table
-        _, ranked = power_cost_ranking(table, ctx.update_size_bytes, p["m_ref_gb"] * GB)
+        _, ranked = power_cost_ranking(table, ctx.update_size_bytes, p.m_ref_gb * GB)
         n = len(ranked)
         # OUR CHOICE: the clock's estimator whatever the request's (step 1)
         times = prefix_round_time_estimates(
-            ctx.tau_s, table.power[ranked], table.comm_s[ranked], "clock", ctx.work_model
+            ctx.tau_s, table.power[ranked], table.comm_s[ranked], self.estimator, ctx.work_model
         )
-        k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
-        alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
+        k0 = min(p.k0, n) if p.k0 is not None else auto_k0(n)
+        alpha, beta = weights(ctx.update_size_bytes, p.m_ref_gb * GB)
         accuracies = [h.accuracy for h in ctx.history]
         target_met = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
         explanation: dict = {
@@ -150,7 +186,7 @@ class Adaptive(Policy):
             "beta": round(beta, 6),
             "alive": n,
             "k0": k0,
-            "estimator": "clock",
+            "estimator": self.estimator,
             "work_model": ctx.work_model,
         }
         if not ctx.history:
@@ -164,16 +200,16 @@ class Adaptive(Policy):
         else:
             k = self._decide(ctx, p, times, n, explanation)
             ks = [int(h.k) for h in ctx.history]
-            step = probe_step(p, n)
-            if p["stall_rounds"] > 0:
-                k = apply_stall_floor(k, accuracies, ks, p["stall_rounds"], step, n, explanation)
-            if p["ceiling_rounds"] > 0:
+            step = probe_step(p.probe_pct, n)
+            if p.stall_rounds is not None:
+                k = apply_stall_floor(k, accuracies, ks, p.stall_rounds, step, n, explanation)
+            if p.ceiling_rounds is not None:
                 k = apply_ceiling_floor(
                     k,
                     accuracies,
                     ks,
                     ctx.target_accuracy,
-                    p["ceiling_rounds"],
+                    p.ceiling_rounds,
                     step,
                     n,
                     explanation,
@@ -189,16 +225,16 @@ class Adaptive(Policy):
             explanation=explanation,
         )
 
-    def _decide(self, ctx: Context, p: dict, times: np.ndarray, n: int, out: dict) -> int:
+    def _decide(self, ctx: Context, p: AdaptiveParams, times: np.ndarray, n: int, out: dict) -> int:
         history = ctx.history
-        fit_rounds, half_life = int(p["fit_rounds"]), p["half_life"]
+        fit_rounds, half_life = p.fit_rounds, p.half_life
         ks = [int(h.k) for h in history]
         k_cur = int(min(max(1, ks[-1]), n))
         fit = fit_gain(history, k_cur, fit_rounds, half_life)
-        hold = int(p["probe_rounds"])
-        cap = growth_cap(ks, hold, p["probe_backoff"], n)
-        step = probe_step(p, n)
-        factor = p["probe_factor"]
+        hold = p.probe_rounds
+        cap = growth_cap(ks, hold, p.probe_backoff, n)
+        step = probe_step(p.probe_pct, n)
+        factor = p.probe_factor
         up = min(n, max(math.ceil(k_cur * factor - 1e-9), k_cur + step))
         down = max(1, min(math.floor(k_cur / factor + 1e-9), k_cur - step))
         if fit.known:  # step 3: not below the fit's rounds' k
@@ -283,18 +319,20 @@ class Adaptive(Policy):
         return k
 
     @staticmethod
-    def _probe(k_cur: int, up: int, cap: int, times: np.ndarray, p: dict) -> tuple[int, str]:
+    def _probe(
+        k_cur: int, up: int, cap: int, times: np.ndarray, p: AdaptiveParams
+    ) -> tuple[int, str]:
         """Step 5's probe: the largest k in the bounds within the time budget, or hold."""
         limit = min(up, cap)
         if limit <= k_cur:
             blocked = " (growth blocked by a failed trial)" if cap < up else ""
             return k_cur, f"hold k: slope unknown and no room to probe{blocked}"
-        budget = times[k_cur - 1] * (1 + p["probe_cost"])
+        budget = times[k_cur - 1] * (1 + p.probe_cost)
         within = np.flatnonzero(times[k_cur:limit] <= budget * (1 + REL_TOL))
         if len(within) == 0:
             return k_cur, (
                 f"hold k: slope unknown and the next site alone lengthens the round by more "
-                f"than probe_cost = {p['probe_cost']:g}"
+                f"than probe_cost = {p.probe_cost:g}"
             )
         k = k_cur + 1 + int(within[-1])
         return k, (
@@ -309,11 +347,11 @@ class Adaptive(Policy):
         a: int,
         b: int,
         times: np.ndarray,
-        p: dict,
+        p: AdaptiveParams,
         out: dict,
     ) -> str | None:
         """Step 6: the reason to abandon a -> b after its first round, or None."""
-        margin = p["probe_margin"]
+        margin = p.probe_margin
         prior_slope = prior.slope - prior.slope_se if prior.known else 0.0
         predicted_gain = prior.level + prior_slope * math.log(b / a)
         measured_gain = history[-1].accuracy - history[-2].accuracy

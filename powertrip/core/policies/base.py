@@ -14,21 +14,19 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from powertrip.core.policies.params import PolicyError, PolicyParams, param
+from powertrip.core.policies.params import param_number as param_number
 from powertrip.core.timemodel import prefix_round_time_estimates, site_comm_s
 
 FEDERATED = "federated"
 CENTRALIZED = "centralized"
 ESTIMATORS = ("paper", "clock")
-#: fraction of the alive sites that `k = 0` ("auto") means for the fixed-k baselines
+#: fraction of the alive sites an unset `k` means for the fixed-k baselines
 DEFAULT_K_FRACTION = 0.3
-
-
-class PolicyError(ValueError):
-    """A bad policy name or parameter; the message names it and what is allowed."""
 
 
 def _as_column(name: str, values: Sequence[float], n: int) -> np.ndarray:
@@ -191,7 +189,8 @@ class Context:
     seed: int = 0
     round: int = 1
     estimator: str = "paper"
-    params: Mapping[str, float] = field(default_factory=dict)
+    #: the policy's parameters as the wire carries them (unset: the policy's defaults)
+    params: Mapping[str, float | None] = field(default_factory=dict)
     #: the clock's work model, so T-hat is in the clock's terms (powertrip.core.timemodel)
     work_model: str = "local-steps"
 
@@ -216,100 +215,42 @@ class Decision:
         return int(len(self.order))
 
 
-def _whole(minimum: int) -> Callable[[float], bool]:
-    return lambda v: v >= minimum and float(v).is_integer()
-
-
-def param_number(name: str, value: str | float | int) -> float:
-    """A policy parameter's value as the number it crosses the wire as (SelectSitesRequest's
-    `map<string, double>`); text that is not a number is refused, named."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: {value!r} is not a number")
-    try:
-        return float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: {value!r} is not a number") from None
-
-
-#: Range rules for every parameter any policy takes, so the same name means the same thing
-#: everywhere and every error message says what is allowed.
-PARAM_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
-    "k": (_whole(0), "a whole number >= 1 (0 = 30 % of the alive sites)"),
-    "k0": (_whole(0), "a whole number >= 1 (0 = the policy's small default)"),
-    "window": (_whole(0), "a whole number >= 1 (0 = max(1, 5 % of the alive sites))"),
-    "patience": (_whole(0), "a whole number >= 0"),
-    "trend_rounds": (_whole(1), "a whole number >= 1"),
-    "m_ref_gb": (lambda v: v > 0, "> 0"),
-    "radius_miles": (lambda v: v >= 0, ">= 0"),
-    "power_cap": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "below_share": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "penalty": (lambda v: v >= 0, ">= 0"),
-    "epsilon": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "epsilon_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "epsilon_min": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "pref_pct": (lambda v: 0 < v <= 100, "in (0, 100]"),
-    "pacer_step": (_whole(1), "a whole number >= 1"),
-    "pacer_delta": (lambda v: 0 <= v <= 100, "in [0, 100]"),
-    "cutoff": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "fit_rounds": (_whole(3), "a whole number >= 3"),
-    "half_life": (lambda v: v > 0, "> 0 (rounds)"),
-    "probe_factor": (lambda v: 1 <= v <= 4, "in [1, 4]"),
-    "probe_pct": (lambda v: 0 <= v <= 100, "in [0, 100]"),
-    "probe_cost": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "probe_margin": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "probe_rounds": (_whole(1), "a whole number >= 1"),
-    "probe_backoff": (_whole(0), "a whole number >= 0"),
-    "stall_rounds": (_whole(0), "0 (no floor) or a whole number >= 1"),
-    "ceiling_rounds": (lambda v: v == 0 or _whole(5)(v), "0 (no floor) or a whole number >= 5"),
-}
-
-
 class Policy(ABC):
-    """Subclasses set `name`, `summary`, `default_params` and implement `select`."""
+    """Subclasses set `name`, `summary`, `Params` and implement `select`."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     #: what `powertrip policies` prints under the summary: which k or site the policy uses,
     #: and every choice the paper leaves open that the policy makes
     details: ClassVar[str] = ""
-    default_params: ClassVar[dict[str, float]] = {}
+    #: the policy's parameters: a frozen dataclass declared beside it (params.py)
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    #: the round-time estimator the policy is built on, whatever the request's; None: the
+    #: request's (`Context.estimator`)
+    estimator: ClassVar[str | None] = None
     #: whether it trains one site on pooled data (centralized.py) rather than a federation
     centralized: ClassVar[bool] = False
 
-    def __init__(self, overrides: Mapping[str, float] | None = None):
-        self.overrides = dict(overrides or {})
+    def __init__(self, overrides: Mapping[str, float | None] | None = None):
+        """`overrides` of the declared defaults, checked here (`Params.parse`): a policy
+        with a bad parameter is never built."""
+        self.defaults = self.Params.parse(self.name, overrides or {})
 
     def applies_to(self, table: SiteTable) -> bool:
         """Whether these profiles carry what the policy ranks by (every policy but the
         carbon-aware ones: any); a shadow that does not apply is left out."""
         return True
 
-    def check_params(self, given: Mapping[str, float]) -> dict[str, float]:
-        """Defaults < constructor overrides < `given`, each checked: an unknown name or a
-        value out of its range is a PolicyError naming the policy, the parameter and what is
-        allowed. Needs no sites, so a caller can check before any exist (the Flower
-        strategy at construction)."""
-        merged = {**self.default_params, **self.overrides}
-        unknown = sorted(set(given) - set(self.default_params))
-        if unknown:
-            allowed = ", ".join(sorted(self.default_params)) or "none"
-            raise PolicyError(
-                f"policy {self.name!r}: unknown parameter(s) {', '.join(unknown)}; "
-                f"allowed: {allowed}"
-            )
-        merged.update(given)
-        for key, value in merged.items():
-            value = float(value)
-            check, allowed = PARAM_RULES.get(key, (lambda v: True, ""))
-            if not math.isfinite(value) or not check(value):
-                raise PolicyError(
-                    f"policy {self.name!r}: {key} must be {allowed or 'finite'}, got {value:g}"
-                )
-            merged[key] = value
-        return merged
+    def check_params(self, given: Mapping[str, float | None]) -> PolicyParams:
+        """The policy's defaults (with the constructor's overrides) and `given`, each
+        checked: an unknown name or a value out of its range is a PolicyError naming the
+        policy, the parameter and what is allowed. Needs no sites, so a caller can check
+        before any exist."""
+        return self.Params.parse(self.name, given, base=self.defaults)
 
-    def params(self, ctx: Context) -> dict[str, float]:
-        """The request's parameters checked (`check_params`), and the context fit to decide."""
+    def params(self, ctx: Context) -> Any:
+        """The request's parameters checked (`check_params`), as the policy's `Params`, and
+        the context fit to decide."""
         merged = self.check_params(ctx.params)
         if not ctx.table.alive.any():
             raise PolicyError(
@@ -335,11 +276,17 @@ def small_k0(num_alive: int, share: float) -> int:
     return min(num_alive, max(2, round(share * num_alive)))
 
 
-def default_k(value: float, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:
-    """k = 0 means 'a fixed fraction of the alive sites' (at least 1); else clamp to 1..N."""
-    if value <= 0:
+def default_k(k: int | None, num_alive: int, fraction: float = DEFAULT_K_FRACTION) -> int:
+    """An unset k means 'a fixed fraction of the alive sites' (at least 1); else k clamped
+    to 1..N."""
+    if k is None:
         return max(1, min(num_alive, round(fraction * num_alive)))
-    return int(min(max(1, round(value)), num_alive))
+    return int(min(max(1, k), num_alive))
+
+
+def k_param(none: str = "30 % of the alive sites") -> Any:
+    """The `k` parameter of the policies that take a fixed k, the same range everywhere."""
+    return param(None, "sites selected each round", whole=True, at_least=1, none=none)
 
 
 def rounded(values: np.ndarray, digits: int = 6) -> list[float]:

@@ -7,6 +7,8 @@ its round takes tau / power_cap.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from powertrip.core.policies.base import (
@@ -17,7 +19,15 @@ from powertrip.core.policies.base import (
     PolicyError,
     SiteTable,
 )
+from powertrip.core.policies.params import PolicyParams, param
 from powertrip.core.policies.scoring import power_ranking, rank_asc
+
+
+@dataclass(frozen=True)
+class CentralizedParams(PolicyParams):
+    """The cap on the one site's power (the paper runs 25 % and 50 %, §5.1)."""
+
+    power_cap: float = param(0.25, "share of the site's capacity it trains at", above=0, at_most=1)
 
 
 class Centralized(Policy):
@@ -29,7 +39,7 @@ class Centralized(Policy):
         "and trains on the pooled data of all sites with no WAN cost, at power_cap of its "
         "capacity (paper §5.1: 25 % and 50 %), so each round takes tau / power_cap."
     )
-    default_params = {"power_cap": 0.25}
+    Params = CentralizedParams
     #: which site hosts the pooled data
     host_rule = "highest power"
 
@@ -39,7 +49,7 @@ class Centralized(Policy):
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
         host = self.host(ctx.table)
-        cap = params["power_cap"]
+        cap = params.power_cap
         return Decision(
             order=host,
             predicted_round_time_s=ctx.tau_s / cap,
@@ -55,13 +65,12 @@ class Centralized(Policy):
 class Centralized25(Centralized):
     name = "centralized-25"
     summary = "centralized training capped at 25 % power (paper baseline)"
-    default_params = {"power_cap": 0.25}
 
 
 class Centralized50(Centralized):
     name = "centralized-50"
     summary = "centralized training capped at 50 % power (paper baseline)"
-    default_params = {"power_cap": 0.5}
+    Params = CentralizedParams.with_defaults(power_cap=0.5)
 
 
 class CentralizedGreen(Centralized):

@@ -8,11 +8,20 @@ links costs. `k` > 0 fixes k instead (the top-k by power every round).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from powertrip.core.policies.base import Context, Decision, default_k, predicted_time
-from powertrip.core.policies.powertrip import PowerTrip
+from powertrip.core.policies.base import Context, Decision, default_k, k_param, predicted_time
+from powertrip.core.policies.powertrip import PowerTrip, PowerTripParams
 from powertrip.core.policies.scoring import power_ranking
+
+
+@dataclass(frozen=True)
+class HighestPowerParams(PowerTripParams):
+    """PowerTrip's parameters, and a k that fixes the top k by power instead."""
+
+    k: int | None = k_param(none="PowerTrip's bottom-up rule chooses k")
 
 
 class HighestPower(PowerTrip):
@@ -26,18 +35,18 @@ class HighestPower(PowerTrip):
         "ranking, because §5.3 says this baseline selects dynamically; --param k=N fixes k "
         "to the top N by power instead."
     )
-    default_params = {**PowerTrip.default_params, "k": 0.0}
+    Params = HighestPowerParams
     ranking = "power, highest first"
 
-    def rank(self, ctx: Context, params: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    def rank(self, ctx: Context, params: PowerTripParams) -> tuple[np.ndarray, np.ndarray]:
         return ctx.table.power, power_ranking(ctx.table)
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
-        if params["k"] <= 0:
+        if params.k is None:
             return super().select(ctx)
         _, order = self.rank(ctx, params)
-        k = default_k(params["k"], len(order))
+        k = default_k(params.k, len(order))
         chosen = order[:k]
         return Decision(
             order=chosen,

@@ -14,7 +14,7 @@ Here the intensities are each region's annual average (data/regions/regions.csv)
 forecast, so every saving potential is 0 and lowcarb's own tie is broken by what it
 optimises: the lowest intensity first (then the site id). Participation is counted from the
 run's history (`PastRound.site_ids`); the left-out sites come last, so k is still met when
-few sites remain. Like the fixed-k baselines it takes `k` (0 = 30 % of the alive sites),
+few sites remain. Like the fixed-k baselines it takes `k` (unset: 30 % of the alive sites),
 flwr-lowcarb's `num_clients`; it never looks at power or links.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from powertrip.core.policies.base import Context, PolicyError, SiteTable
-from powertrip.core.policies.fixed import RankedTopK
+from powertrip.core.policies.fixed import RankedTopK, TopKParams
 from powertrip.core.policies.scoring import rank_asc
 
 #: participation above this percentile of all alive sites' is left out (flwr-lowcarb's 80)
@@ -49,7 +49,7 @@ class Lowcarb(RankedTopK):
         "rule); needs population: regions"
     )
     details = (
-        "k: the k parameter; 0 = 30 % of the alive sites (flwr-lowcarb's num_clients). Sites "
+        "k: the k parameter; unset: 30 % of the alive sites (flwr-lowcarb's num_clients). Sites "
         "above the 80th percentile of past rounds go last; sites with under half the most "
         "rounds go first; each group by lowest g CO2/kWh (annual averages: a flat forecast, "
         "so lowcarb's saving potential ties at 0), then by site id."
@@ -59,7 +59,7 @@ class Lowcarb(RankedTopK):
     def applies_to(self, table: SiteTable) -> bool:
         return table.carbon_g_per_kwh is not None
 
-    def rank(self, ctx: Context, params: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    def rank(self, ctx: Context, params: TopKParams) -> tuple[np.ndarray, np.ndarray]:
         table = ctx.table
         if table.carbon_g_per_kwh is None:
             raise PolicyError(

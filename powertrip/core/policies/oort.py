@@ -30,7 +30,7 @@ The paper's definitions (§4.2-4.3, Algorithm 1), as used here:
   time model, since the policy knows their power and link but not their data.
   The paper's blacklist of over-selected clients is left out (FedScale's default is off too).
 
-K is the `k` parameter (0 = 30 % of the alive sites, as random and static use); Oort takes
+K is the `k` parameter (unset: 30 % of the alive sites, as random and static use); Oort takes
 K from the developer. Stateless like every policy here: explored sites, their last utility,
 duration and round, and the pacer's T are replayed from the history (RoundRecord's per-site
 reports), and the draws are seeded by (seed, round).
@@ -50,9 +50,11 @@ from powertrip.core.policies.base import (
     PastRound,
     Policy,
     default_k,
+    k_param,
     predicted_time,
     rounded,
 )
+from powertrip.core.policies.params import PolicyParams, param
 
 #: statistical utility is clipped at this percentile of the explored sites' (FedScale)
 CLIP_PERCENTILE = 95.0
@@ -158,6 +160,30 @@ def _weighted_sample(rng, items: np.ndarray, weights: np.ndarray, n: int) -> np.
     return items[np.sort(picked)] if p is None else items[picked]
 
 
+@dataclass(frozen=True)
+class OortParams(PolicyParams):
+    """Oort's knobs (the module docstring says where each comes from)."""
+
+    k: int | None = k_param()
+    penalty: float = param(2.0, "alpha: slower sites' utility x (T / t_i)^alpha", at_least=0)
+    epsilon: float = param(0.9, "share of k exploring unseen sites in round 1", at_least=0,
+                           at_most=1)  # fmt: skip
+    epsilon_decay: float = param(0.98, "epsilon's factor per round", above=0, at_most=1)
+    epsilon_min: float = param(0.3, "epsilon never decays below this", at_least=0, at_most=1)
+    pref_pct: float = param(
+        30.0, "T: this percentile of the seen sites' durations", above=0, at_most=100
+    )
+    pacer_step: int = param(
+        5, "W: rounds between the pacer's looks at the utility", whole=True, at_least=1
+    )
+    pacer_delta: float = param(
+        5.0, "percentile points the pacer relaxes T by", at_least=0, at_most=100
+    )
+    cutoff: float = param(
+        0.95, "c: admit sites with utility >= c x the cut-off site's", at_least=0, at_most=1
+    )
+
+
 class Oort(Policy):
     name = "oort"
     summary = (
@@ -165,42 +191,32 @@ class Oort(Policy):
         "with a staleness bonus (beyond the paper)"
     )
     details = (
-        "k: the k parameter (0 = 30 % of the alive sites). Utility = normalised n_i x mean "
+        "k: the k parameter (unset: 30 % of the alive sites). Utility = normalised n_i x mean "
         "train loss + sqrt(0.1 ln R / L_i), x (T/t_i)^penalty for sites slower than T (the "
         "pref_pct-th percentile of seen durations, relaxed by the pacer every pacer_step "
         "rounds). epsilon of k explores unseen sites by speed (decaying from epsilon by "
         "epsilon_decay to epsilon_min); the rest samples by utility above cutoff x the "
         "cut-off site's. OUR CHOICEs in powertrip/core/policies/oort.py."
     )
-    default_params = {
-        "k": 0.0,
-        "penalty": 2.0,
-        "epsilon": 0.9,
-        "epsilon_decay": 0.98,
-        "epsilon_min": 0.3,
-        "pref_pct": 30.0,
-        "pacer_step": 5.0,
-        "pacer_delta": 5.0,
-        "cutoff": 0.95,
-    }
+    Params = OortParams
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
         table = ctx.table
         alive = table.alive_by_id  # id order: draws do not depend on arrival order
-        k = default_k(params["k"], len(alive))
+        k = default_k(params.k, len(alive))
         seen = observations(ctx.history)
         pct = paced_percentile(
             round_utilities(ctx.history),
-            params["pref_pct"],
-            int(params["pacer_step"]),
-            params["pacer_delta"],
+            params.pref_pct,
+            params.pacer_step,
+            params.pacer_delta,
         )
         preferred_s = preferred_duration([o.duration_s for o in seen.values()], pct)
         is_seen = np.array([s in seen for s in table.ids[alive].tolist()], dtype=bool)
         explored, fresh = alive[is_seen], alive[~is_seen]
-        decay = params["epsilon_decay"] ** max(ctx.round - 1, 0)
-        epsilon = max(params["epsilon"] * decay, params["epsilon_min"])
+        decay = params.epsilon_decay ** max(ctx.round - 1, 0)
+        epsilon = max(params.epsilon * decay, params.epsilon_min)
         n_explore = min(len(fresh), max(round(epsilon * k), k - len(explored)))
         n_exploit = min(len(explored), k - n_explore)
         rng = np.random.default_rng([ctx.seed, ctx.round, 0x0027])
@@ -209,12 +225,12 @@ class Oort(Policy):
             [seen[s] for s in table.ids[explored].tolist()],
             ctx.round,
             preferred_s,
-            params["penalty"],
+            params.penalty,
         )
         by_util = np.argsort(-util, kind="stable")
         admitted = by_util[: max(n_exploit, 0)]
         if n_exploit > 0:
-            cut = params["cutoff"] * util[by_util[n_exploit - 1]]
+            cut = params.cutoff * util[by_util[n_exploit - 1]]
             admitted = by_util[util[by_util] >= cut]
         exploit = _weighted_sample(rng, admitted, util[admitted], n_exploit)
         exploit = exploit[np.argsort(-util[exploit], kind="stable")]

@@ -45,6 +45,7 @@ policy (`adaptive`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,7 +58,8 @@ from powertrip.core.policies.base import (
     small_k0,
 )
 from powertrip.core.policies.efficiency import gains_of, measured_efficiency, realised_below
-from powertrip.core.policies.scoring import GB, power_cost_ranking, weights
+from powertrip.core.policies.params import PolicyParams, param
+from powertrip.core.policies.scoring import GB, m_ref_param, power_cost_ranking, weights
 
 
 def auto_k0(num_alive: int) -> int:
@@ -77,6 +79,33 @@ def greedy_addition(eff_next: np.ndarray, measured: float) -> int:
     return int(fails[0]) if len(fails) else int(len(eff_next))
 
 
+@dataclass(frozen=True)
+class PowerTripParams(PolicyParams):
+    """The paper's rule's parameters: each READING of the module docstring."""
+
+    k0: int | None = param(
+        None, "sites in round 1 (step 2)", whole=True, at_least=1,
+        none="max(2, 2 % of the alive sites)",
+    )  # fmt: skip
+    window: int | None = param(
+        None, "sites the scan may add above k_cur, or start below it (step 6)", whole=True,
+        at_least=1, none="max(1, 5 % of the alive sites)",
+    )  # fmt: skip
+    patience: int = param(
+        3, "rounds below the measured efficiency before the window opens downwards "
+        "(step 7; 0: never)", whole=True, at_least=0,
+    )  # fmt: skip
+    trend_rounds: int = param(
+        3, "rounds the measured efficiency and the gain trend g average over (steps 3-4)",
+        whole=True, at_least=1,
+    )  # fmt: skip
+    m_ref_gb: float = m_ref_param()
+    below_share: float = param(
+        1.0, "a round counts towards patience below this share of the measured efficiency",
+        above=0, at_most=1,
+    )  # fmt: skip
+
+
 class PowerTrip(Policy):
     name = "powertrip"
     summary = (
@@ -91,30 +120,23 @@ class PowerTrip(Policy):
         "above k_cur. dA(k) = g log(1+k)/log(1+k_cur), g the mean gain of the last "
         "`trend_rounds` rounds; T(k) the request's estimator."
     )
-    default_params = {
-        "k0": 0.0,  # 0: max(2, 2 % of the alive sites)
-        "window": 0.0,  # 0: max(1, 5 % of the alive sites)
-        "patience": 3.0,
-        "trend_rounds": 3.0,
-        "m_ref_gb": 1.5,
-        "below_share": 1.0,  # a round counts towards patience below this share of E_meas
-    }
+    Params = PowerTripParams
     #: how the sites are ranked, for the explanation
     ranking = "power-to-cost score (Eq. 8)"
 
-    def rank(self, ctx: Context, params: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    def rank(self, ctx: Context, params: PowerTripParams) -> tuple[np.ndarray, np.ndarray]:
         """(per-site scores, alive sites best first); highest-power overrides this."""
-        return power_cost_ranking(ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB)
+        return power_cost_ranking(ctx.table, ctx.update_size_bytes, params.m_ref_gb * GB)
 
     def select(self, ctx: Context) -> Decision:
         p = self.params(ctx)
         scores, ranked = self.rank(ctx, p)
         n = len(ranked)
-        k0 = min(int(p["k0"]), n) if p["k0"] > 0 else auto_k0(n)
-        window = int(p["window"]) if p["window"] > 0 else auto_window(n)
+        k0 = min(p.k0, n) if p.k0 is not None else auto_k0(n)
+        window = p.window if p.window is not None else auto_window(n)
         # T-hat(k) for every k at once: cumulative mean power and running max comm
         times = ctx.round_time_estimates(ranked)
-        alpha, beta = weights(ctx.update_size_bytes, p["m_ref_gb"] * GB)
+        alpha, beta = weights(ctx.update_size_bytes, p.m_ref_gb * GB)
         accuracies = [h.accuracy for h in ctx.history]
         target_met = bool(accuracies) and accuracies[-1] >= ctx.target_accuracy
         explanation: dict = {
@@ -153,7 +175,7 @@ class PowerTrip(Policy):
 
     def _paper(self, ctx, p, accuracies, times, window, n, explanation) -> int:
         k_cur = int(min(max(1, ctx.history[-1].k), n))
-        w = int(p["trend_rounds"])
+        w = p.trend_rounds
         gains = gains_of(accuracies)
         measured_times = np.array([max(h.round_time_s, 1e-9) for h in ctx.history])
         ks = [int(h.k) for h in ctx.history]
@@ -161,8 +183,8 @@ class PowerTrip(Policy):
         at_k_cur = len(ks) - (changed[-1] if changed else 0)  # rounds run at the current k
         g = float(np.mean(gains[-w:]))
         e_meas = measured_efficiency(gains, measured_times, w)
-        below = realised_below(gains, measured_times, w, p["below_share"], at_k_cur)
-        shrink = p["patience"] > 0 and below >= p["patience"] and k_cur > 1
+        below = realised_below(gains, measured_times, w, p.below_share, at_k_cur)
+        shrink = p.patience > 0 and below >= p.patience and k_cur > 1
         bottom = max(1, k_cur - window) if shrink else k_cur
         top = min(n, k_cur + window)
         candidates = np.arange(bottom, top + 1)
@@ -192,7 +214,7 @@ class PowerTrip(Policy):
         if shrink:
             reason = (
                 f"{below} round(s) at k={k_cur} below the measured efficiency (patience "
-                f"{p['patience']:g}): scan from k={bottom}; " + reason
+                f"{p.patience:g}): scan from k={bottom}; " + reason
             )
         else:
             reason = f"from k={k_cur}: " + reason

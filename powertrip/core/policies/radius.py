@@ -9,22 +9,33 @@ Our calibrated distances put 22 % of the sites within 1,000 miles in expectation
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from powertrip.core.policies.base import Context, Decision, Policy, predicted_time
-from powertrip.core.policies.scoring import GB, power_cost_ranking
+from powertrip.core.policies.params import PolicyParams, param
+from powertrip.core.policies.scoring import GB, m_ref_param, power_cost_ranking
+
+
+@dataclass(frozen=True)
+class RadiusParams(PolicyParams):
+    """R (the paper's 1000 miles, §5.3), and the score that orders the sites inside."""
+
+    radius_miles: float = param(1000.0, "sites within this many miles train", at_least=0)
+    m_ref_gb: float = m_ref_param()
 
 
 class Radius(Policy):
     name = "radius"
     summary = "all sites within radius_miles (default 1000) of the aggregator (paper baseline)"
-    default_params = {"radius_miles": 1000.0, "m_ref_gb": 1.5}
+    Params = RadiusParams
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
         t = ctx.table
-        radius = params["radius_miles"]
-        scores, ranked = power_cost_ranking(t, ctx.update_size_bytes, params["m_ref_gb"] * GB)
+        radius = params.radius_miles
+        scores, ranked = power_cost_ranking(t, ctx.update_size_bytes, params.m_ref_gb * GB)
         inside = ranked[t.distance_miles[ranked] <= radius]
         note = f"{len(inside)} site(s) within {radius:g} miles"
         if len(inside) == 0:

@@ -9,23 +9,24 @@ from __future__ import annotations
 import numpy as np
 
 from powertrip.core.policies.base import Context, Decision, Policy, default_k, predicted_time
+from powertrip.core.policies.fixed import TopKParams
 
 
 class RandomK(Policy):
     name = "random"
     summary = "k sites uniformly at random each round, blind to power and links (paper baseline)"
     details = (
-        "k: the k parameter; 0 = 30 % of the alive sites (the paper gives no k for random; "
+        "k: the k parameter; unset: 30 % of the alive sites (the paper gives no k for random; "
         "30 % is the middle of its static sweep). The draw is seeded by (seed, round)."
     )
-    default_params = {"k": 0.0}
+    Params = TopKParams
 
     def select(self, ctx: Context) -> Decision:
         params = self.params(ctx)
         table = ctx.table
         # alive sites in id order, so the draw does not depend on the order sites arrived in
         alive = table.alive_by_id
-        k = default_k(params["k"], len(alive))
+        k = default_k(params.k, len(alive))
         rng = np.random.default_rng([ctx.seed, ctx.round])
         chosen = alive[np.sort(rng.choice(len(alive), size=k, replace=False))]
         return Decision(

@@ -3,12 +3,20 @@ milliseconds. Pure functions of the site table: every policy and shadow shares t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from powertrip.core.policies.base import PolicyError, SiteTable
+from powertrip.core.policies.params import param
 from powertrip.core.scoreweights import weights as score_weights
 
 GB = 1e9
+
+
+def m_ref_param() -> Any:
+    """The `m_ref_gb` parameter of every policy that ranks by Eq. 8's score."""
+    return param(1.5, "M_ref in GB: Eq. 8 weighs communication by beta = M / (M + M_ref)", above=0)
 
 
 def normalise(values: np.ndarray) -> np.ndarray:

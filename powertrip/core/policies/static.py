@@ -10,11 +10,20 @@ The paper's k* is this policy at the k an offline sweep found (`powertrip sweep`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from powertrip.core.policies.base import Context, Decision, default_k, predicted_time
-from powertrip.core.policies.fixed import RankedTopK
-from powertrip.core.policies.scoring import GB, power_cost_ranking
+from powertrip.core.policies.fixed import RankedTopK, TopKParams
+from powertrip.core.policies.scoring import GB, m_ref_param, power_cost_ranking
+
+
+@dataclass(frozen=True)
+class StaticParams(TopKParams):
+    """k, and the weight of communication in the score that ranks the set."""
+
+    m_ref_gb: float = m_ref_param()
 
 
 class StaticK(RankedTopK):
@@ -24,17 +33,15 @@ class StaticK(RankedTopK):
         "`powertrip sweep` finds the best k* (paper baseline)"
     )
     details = (
-        "k: the k parameter (0 = 30 % of the alive sites); the paper's static optimal is "
+        "k: the k parameter (unset: 30 % of the alive sites); the paper's static optimal is "
         "this policy at the k* of a sweep. The set is fixed at round 1 (dead sites are "
         "replaced by the next-ranked alive ones)."
     )
-    default_params = {"k": 0.0, "m_ref_gb": 1.5}
+    Params = StaticParams
     ranking = "power-to-cost score, highest first"
 
     def rank(self, ctx, params):
-        scores, ranked = power_cost_ranking(
-            ctx.table, ctx.update_size_bytes, params["m_ref_gb"] * GB
-        )
+        scores, ranked = power_cost_ranking(ctx.table, ctx.update_size_bytes, params.m_ref_gb * GB)
         return ranked, scores
 
     def select(self, ctx: Context) -> Decision:
@@ -43,7 +50,7 @@ class StaticK(RankedTopK):
             return super().select(ctx)
         params = self.params(ctx)
         ranked, scores = self.rank(ctx, params)
-        k = default_k(params["k"], len(ranked))
+        k = default_k(params.k, len(ranked))
         alive = ctx.table.alive
         kept = [row for row in ctx.table.rows_of(first).tolist() if row >= 0 and alive[row]][:k]
         taken = set(kept)
