@@ -2,8 +2,9 @@
 a fresh venv in a temporary directory, with no repository on its path, installs it with
 the `flower` extra (the versions of constraints.txt). From outside the checkout the installed
 package runs a synthetic run, a FEMNIST run on the subset the wheel carries, a run over the
-region catalog it carries, and the Flower example app; the one data set it does not carry
-(the speech clips) is refused with where to get them."""
+region catalog it carries, and the minimal Flower app (`flwr run` against the venv's own
+SuperLink); the one data set it does not carry (the speech clips) is refused with where to
+get them."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.flower_link import run_minimal, superlink
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: the environment the venv's commands run in: no checkout on the path, no other venv
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def run(cmd: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{cmd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -48,10 +54,12 @@ def test_the_wheel_installs_outside_the_checkout_and_runs(tmp_path):
     }.items():
         run([cli, "run", *args, "--out", str(outside / name), "--quiet"], outside)
         assert (outside / name / "rounds.csv").read_text().count("\n") >= 2, name
-    # the Flower example, a copy of the repository's, run from there
-    shutil.copy(REPO / "examples" / "flower" / "minimal_app.py", outside)
-    run([str(python), "minimal_app.py", str(outside / "flower")], outside)
-    assert (outside / "flower" / "decisions.jsonl").read_text().count("\n") == 5
+    # the minimal Flower app, a copy of the repository's, run from there by `flwr run`
+    # against a SuperLink of the venv's
+    shutil.copytree(REPO / "examples" / "flower" / "minimal", outside / "minimal")
+    with superlink(tmp_path / "link", bin_dir=venv / "bin", env=ENV) as link:
+        decided = run_minimal(link, outside / "minimal", outside / "flower", cwd=outside)
+    assert [d["round"] for d in decided] == [1, 2, 3, 4, 5]
     speech = subprocess.run(
         [cli, "run", "--workload", "speech", "--sites", "4", "--out", str(outside / "sp")],
         cwd=outside, capture_output=True, text=True, timeout=120,

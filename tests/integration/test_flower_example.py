@@ -4,8 +4,9 @@
   started by hand with its PID kept, 10 simulated SuperNodes, `flwr run` with the quoted
   `policy-params`, the stop by PID. PowerTrip must choose k < 10 of the 10 nodes, round 1
   among all 10, and decisions.jsonl must land in the run's own directory under `out-dir`;
-* `minimal_app.py`, the README's snippet made runnable: a real simulation (Ray) whose
-  round 1 must see all `min_available_nodes` nodes.
+* `minimal/`, the README's snippet made a Flower app: `flwr run` against a SuperLink of the
+  test's own (tests/integration/flower_link.py), a real simulation (Ray) whose round 1 must
+  see all `min_available_nodes` nodes.
 
 Only FLWR_HOME (a private one), PATH (this Python's bin first) and the update check are
 set around the README's commands; they run in a scratch directory that links to
@@ -29,6 +30,7 @@ pytest.importorskip("flwr", reason="Flower is not installed: pip install -e '.[f
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray: '.[flower]'")
 
 from powertrip.app.flower import read_decisions  # noqa: E402
+from tests.integration.flower_link import run_minimal, superlink, wait_gone  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/flower"
@@ -41,15 +43,6 @@ def run_it_block() -> str:
     found = re.search(r"## Run it\n.*?```bash\n(.*?)```", text, re.S)
     assert found, "examples/flower/README.md has no bash block under '## Run it'"
     return found.group(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat")
-    return not (state.exists() and state.read_text().split()[2] == "Z")
 
 
 def test_the_readme_commands_run_as_written(tmp_path):
@@ -108,32 +101,17 @@ def test_the_readme_commands_run_as_written(tmp_path):
     assert "Traceback" not in log, log[-4000:]
 
     # the SuperLink the block started is gone (stopped by its PID), with its SuperExec
-    deadline = time.monotonic() + 30
-    home = str(tmp_path / "flwr-home")
-    while any(home in _environ(p) for p in Path("/proc").glob("[0-9]*")):
-        assert time.monotonic() < deadline, "a process of the README's SuperLink still runs"
-        time.sleep(0.5)
-
-
-def _environ(proc: Path) -> str:
-    try:
-        return proc.joinpath("environ").read_bytes().decode(errors="replace")
-    except OSError:  # gone, or not ours to read
-        return ""
+    left = wait_gone(tmp_path / "flwr-home", timeout_s=30)
+    assert not left, f"processes of the README's SuperLink still run: {left}"
 
 
 def test_the_minimal_app_runs_and_round_one_sees_every_node(tmp_path):
-    out = tmp_path / "out"
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE / "minimal_app.py"), str(out)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
+    with superlink(tmp_path) as link:
+        decided = run_minimal(link, EXAMPLE / "minimal", tmp_path / "out", cwd=tmp_path)
     took = time.monotonic() - started
-    lines = len((EXAMPLE / "minimal_app.py").read_text().splitlines())
-    print(f"minimal_app.py: {lines} lines, {took:.1f} s")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    decided = read_decisions(out / "decisions.jsonl")
+    lines = len((EXAMPLE / "minimal" / "minimal_app.py").read_text().splitlines())
+    print(f"minimal/minimal_app.py: {lines} lines, {took:.1f} s with its SuperLink")
     assert [d["round"] for d in decided] == [1, 2, 3, 4, 5]
     assert all(len(d["profiles"]) == 6 for d in decided)  # min_available_nodes=6
     assert len({p["site_id"] for p in decided[0]["profiles"]}) == 6  # a site id per node

@@ -3,7 +3,6 @@ centralized evaluation on the workload's held-out split (the accuracy the policy
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from flwr.app import ArrayRecord, Context, MetricRecord
@@ -48,24 +47,11 @@ def run_dir(settings: Settings, context: Context) -> Path:
     return Path(settings.out_dir).expanduser() / f"run-{context.run_id}"
 
 
-def build(
-    settings_of: Callable[[Context], Settings],
-    out_of: Callable[[Settings, Context], Path | None] = run_dir,
-    done: Callable[[PowerTripStrategy], None] | None = None,
-) -> ServerApp:
-    """The ServerApp, its settings from `settings_of(context)` and its output directory
-    from `out_of(settings, context)`; `done(strategy)` is called at the end."""
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        settings = settings_of(context)
-        strategy = run(grid, settings, out_of(settings, context))
-        if done is not None:
-            done(strategy)
-
-    return app
-
-
 #: for `flwr run` (pyproject.toml): settings from the run_config
-app = build(lambda context: Settings.from_run_config(context.run_config))
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    settings = Settings.from_run_config(context.run_config)
+    run(grid, settings, run_dir(settings, context))
