@@ -39,7 +39,7 @@ from powertrip.core.deltacodec import WIRE_SHARE
 from reproduction.paper import heldout
 from reproduction.paper.data import UNIFORM, VariantData, load_variant
 from reproduction.paper.fig12 import TRACE
-from reproduction.paper.paired import paired_bootstrap, relative, verdict
+from reproduction.paper.paired import paired, relative
 
 BASES: tuple[Variant, ...] = (UNIFORM, TRACE)
 #: (outer_lr, outer_momentum): OpenDiLoCo's 0.7 and 0.9, half its learning rate, and a
@@ -147,13 +147,13 @@ def _paired(
 
 
 def _row(claim: str, expect: str, diffs: list[float], marks: str, seeds: list[int], why: str):
-    mean, low, high = paired_bootstrap(diffs)
+    p = paired(diffs)
     return C.ClaimRow(
         "outer",
         claim,
         expect,
-        heldout.fmt_paired(mean, low, high, marks),
-        verdict(mean, low, high, marks),
+        heldout.fmt_paired(p, marks),
+        p.verdict(marks),
         len(seeds),
         why=f"seeds {seeds}; {why}",
     )

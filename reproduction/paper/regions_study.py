@@ -37,7 +37,7 @@ from powertrip.app.report import claims as C
 from powertrip.app.report.figures import new_figure, save_figure
 from reproduction.paper.data import VariantData, load_variant
 from reproduction.paper.heldout import fmt_paired
-from reproduction.paper.paired import paired_bootstrap, verdict
+from reproduction.paper.paired import paired
 
 #: static k = 2, 4, 8, 16: `static-k@F` takes F x the base config's sites (100), so these are
 #: fractions of 100, not of the 40 regions
@@ -111,11 +111,14 @@ def hours_to_target(run) -> tuple[float, bool]:
 
 
 def _mean_ci(values: list[float]) -> str:
-    """The mean and its bootstrap 95 % CI over seeds (paired_bootstrap of the values)."""
-    mean, low, high = paired_bootstrap(values)
-    if not math.isfinite(mean):
+    """The mean, its bootstrap 95 % CI and its Student-t 95 % CI over seeds (at five seeds
+    the bootstrap alone is too narrow)."""
+    p = paired(values)
+    if not math.isfinite(p.mean):
         return "not run"
-    return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if math.isfinite(low) else "")
+    if not math.isfinite(p.boot[0]):
+        return f"{p.mean:.3f}"
+    return f"{p.mean:.3f} [{p.boot[0]:.3f}, {p.boot[1]:.3f}], t [{p.t[0]:.3f}, {p.t[1]:.3f}]"
 
 
 def _front_row(v: VariantData, arm: str) -> C.ClaimRow:
@@ -146,12 +149,12 @@ def _paired_row(claim: str, expect: str, a: dict, b: dict, seeds: list[int], mea
         diffs.append((x - y) / y)
         marks += "" if x_ok and y_ok else ">" if not x_ok and y_ok else "<" if x_ok else "?"
         used.append(s)
-    mean, low, high = paired_bootstrap(diffs)
-    holds = verdict(mean, low, high, marks)
+    p = paired(diffs)
+    holds = p.verdict(marks)
     if measure is kg_to_target:  # the verdict's words are for times
         holds = holds.replace("faster", "lower").replace("slower", "higher")
     return C.ClaimRow(
-        "regions", claim, expect, fmt_paired(mean, low, high, marks), holds, len(used),
+        "regions", claim, expect, fmt_paired(p, marks), holds, len(used),
         why=f"seeds {used}; paired by seed; a cut-off run's value is a bound",
     )  # fmt: skip
 
