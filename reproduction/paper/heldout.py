@@ -10,7 +10,9 @@ run on two more groups of seeds:
 
 * `DEV_SEEDS` (5-9), the development seeds: the changes that made `adaptive` what it is were
   found and ranked on them, so they are not held out any more;
-* `HELDOUT_SEEDS` (10-14), never used to choose anything: the numbers the README quotes.
+* `HELDOUT_SEEDS` (10-14), never used to choose k* or the policies: the numbers the README
+  quotes. Figure `outer` chose the product's int8 deltas on them, so rows of the product's
+  defaults on these seeds are not held out.
 
 Each seed's own best k (the oracle, over a small grid around k*) is reported too.
 Comparisons are paired per seed: the relative difference (t_policy - t_static) / t_static of
