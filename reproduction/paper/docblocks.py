@@ -1,7 +1,9 @@
 """The docs' numbers and lists, rendered rather than typed: the README's demo table (from
 results/demo/comparison.csv, what `make demo` wrote) and headline claims (the held-out rows
-of results/claims.md), docs/cli.md's list of policies (from the policy registry) and its
-settings table (from powertrip/core/settings.py), each between marker lines. `make docs`
+of results/claims.md), docs/how-it-works.md's rows of the outer study and docs/policies.md's
+rows of the regions study (from results/claims.md), docs/cli.md's list of policies (from the
+policy registry) and its settings table (from powertrip/core/settings.py), each between
+marker lines. `make docs`
 rewrites them; a test (tests/unit/test_docblocks.py) fails when a page says something else.
 
     python -m reproduction.paper.docblocks [--check]
@@ -20,6 +22,8 @@ from reproduction.paper.index import headline_markdown, read_claims_markdown
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"
+HOW_DOC = ROOT / "docs" / "how-it-works.md"
+POLICIES_DOC = ROOT / "docs" / "policies.md"
 DEMO = ROOT / "results" / "demo" / "comparison.csv"
 CLAIMS = ROOT / "results" / "claims.md"
 
@@ -38,6 +42,23 @@ def blocks(demo: Path = DEMO, claims: Path = CLAIMS) -> dict[str, str]:
         "demo-table": demo_table(demo),
         "headline": headline_markdown(read_claims_markdown(claims)),
     }
+
+
+def claims_table(rows: list[dict[str, str]], figure: str, marks: tuple[str, ...]) -> str:
+    """The rows of `figure` whose claim holds any of `marks`, as claim | ours | holds."""
+    chosen = [r for r in rows if r["figure"] == figure and any(m in r["claim"] for m in marks)]
+    lines = ["| claim | ours | holds |", "|---|---|---|"]
+    lines += [f"| {r['claim']} | {r['ours']} | {r['holds']} |" for r in chosen]
+    if not chosen:
+        lines.append("| (not run yet) | | |")
+    return "\n".join(lines) + "\n"
+
+
+#: docs/how-it-works.md's rows of figure outer: the chosen step, each default against
+#: FedAvg, int8 against fp32
+OUTER_MARKS = ("outer step chosen", "against FedAvg, static k*", "int8 deltas against fp32")
+#: docs/policies.md's rows of figure regions: the carbon baselines and objective
+REGIONS_MARKS = ("where its runs ended", "per seed", "against lowcarb")
 
 
 def policy_list() -> str:
@@ -63,7 +84,13 @@ def pages() -> dict[Path, dict[str, str]]:
     """Each page with rendered blocks -> its blocks."""
     from powertrip.core.settings import markdown_table
 
-    return {README: blocks(), CLI_DOC: {"policies": policy_list(), "settings": markdown_table()}}
+    rows = read_claims_markdown(CLAIMS)
+    return {
+        README: blocks(),
+        CLI_DOC: {"policies": policy_list(), "settings": markdown_table()},
+        HOW_DOC: {"outer-rows": claims_table(rows, "outer", OUTER_MARKS)},
+        POLICIES_DOC: {"regions-rows": claims_table(rows, "regions", REGIONS_MARKS)},
+    }
 
 
 def render(text: str, contents: dict[str, str]) -> str:
@@ -71,7 +98,7 @@ def render(text: str, contents: dict[str, str]) -> str:
     for name, body in contents.items():
         begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
         if begin not in text or end not in text:
-            raise ValueError(f"README: no '{begin.strip()}' ... '{end}' block")
+            raise ValueError(f"no '{begin.strip()}' ... '{end}' block")
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         text = head + begin + body + end + tail

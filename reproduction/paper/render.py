@@ -215,7 +215,10 @@ def write_summary(out: Path, meta: Mapping[str, Any]) -> Path:
         f"{meta.get('budget_factor')}x PowerTrip's time"
         f"{' - QUICK smoke-test set-up, not the paper experiment' if meta.get('quick') else ''}"
         ". `holds?`: yes = 95 % CI agrees; yes* = mean agrees, CI does not exclude chance; "
-        "unclear = cut-off runs leave it open; n/a = not run."
+        "unclear = cut-off runs leave it open; n/a = not run. Paired rows (figures heldout, "
+        "outer, regions): the mean of per-seed differences, its percentile-bootstrap 95 % CI "
+        "and, after `t`, its Student-t 95 % CI; faster, slower, lower, higher or within 5 % "
+        "only where both intervals say so, else level."
     )
     md = out / "claims.md"
     md.write_text(C.claims_markdown(rows, header))

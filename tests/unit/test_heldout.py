@@ -1,5 +1,6 @@
 """The held-out protocol (reproduction/paper/heldout.py): k* from the training seeds only,
-paired per-seed comparisons with a bootstrap CI, and the per-seed oracle."""
+paired per-seed comparisons with a bootstrap CI and a t-interval (a verdict needs both), and
+the per-seed oracle."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from powertrip.app.report import claims as C
 from reproduction import reproduce as R
 from reproduction.paper import heldout as H
+from reproduction.paper import paired as P
 from tests.unit.test_reproduce import made_up_sweep, write_run
 
 GRID = [2, 3, 5]
@@ -74,21 +76,49 @@ def test_development_seeds_are_a_group_of_their_own(tmp_path):
 
 
 def test_bootstrap_ci_brackets_the_mean_and_needs_two_seeds():
-    mean, low, high = H.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1])
+    mean, low, high = P.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1])
     assert mean == pytest.approx(-0.03) and low < mean < high
-    assert H.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1]) == (mean, low, high)  # seeded
-    one = H.paired_bootstrap([0.3])
+    assert P.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1]) == (mean, low, high)  # seeded
+    one = P.paired_bootstrap([0.3])
     assert one[0] == 0.3 and math.isnan(one[1])
-    assert H.verdict(*H.paired_bootstrap([0.3, 0.2, 0.25]), "") == "slower"
-    assert H.verdict(*H.paired_bootstrap([-0.3, 0.4, 0.0]), "") == "level (CI wide)"
+    assert P.paired([0.3, 0.2, 0.25]).verdict("") == "slower"
+    assert P.paired([-0.3, 0.4, 0.0]).verdict("") == "level (CI wide)"
+
+
+def test_the_t_interval_of_a_known_sample():
+    # mean -0.03, sample sd sqrt(0.058 / 4), t(0.975, df 4) = 2.7764 from the table
+    mean, low, high = P.paired_t([-0.2, 0.1, 0.0, 0.05, -0.1])
+    half = 2.7764 * math.sqrt(0.058 / 4) / math.sqrt(5)
+    assert mean == pytest.approx(-0.03)
+    assert (low, high) == (
+        pytest.approx(-0.03 - half, abs=1e-4),
+        pytest.approx(-0.03 + half, abs=1e-4),
+    )
+    assert math.isnan(P.paired_t([0.3])[1]) and math.isnan(P.paired_t([])[0])
+    p = P.paired([-0.2, 0.1, 0.0, 0.05, -0.1])
+    assert p.t == (low, high) and p.boot == P.paired_bootstrap([-0.2, 0.1, 0.0, 0.05, -0.1])[1:]
+
+
+def test_a_verdict_is_level_unless_both_intervals_exclude_zero():
+    # every seed faster, one by far: no resample of five can have a mean >= 0, so the
+    # bootstrap says faster; the t-interval, with the spread it estimates, includes 0
+    diffs = [-0.02, -0.03, -0.25, -0.04, -0.01]
+    p = P.paired(diffs)
+    assert p.boot[1] < 0 < p.t[1]
+    assert P.verdict(p.mean, *p.boot, "") == "faster"  # the bootstrap alone
+    assert p.verdict("") == "level (CI wide)"
+    assert p.envelope == (min(p.boot[0], p.t[0]), p.t[1])
+    both = P.paired([-0.10, -0.11, -0.12, -0.09, -0.10])
+    assert both.verdict("") == "faster"  # both exclude 0
+    assert P.paired([0.3]).verdict("") == "unclear (one seed)"
 
 
 def test_a_cut_off_run_is_a_bound_and_can_make_the_verdict_unclear():
     a, b = C.Sample(3600.0, False), C.Sample(1800.0, True)
     assert H.relative(a, b) == (pytest.approx(1.0), ">")
-    assert H.verdict(0.5, 0.2, 0.9, ">") == "slower"
-    assert H.verdict(-0.5, -0.9, -0.2, "<") == "faster"
-    assert H.verdict(0.5, 0.2, 0.9, "<") == "unclear"  # a bound from below: slower unknown
+    assert P.verdict(0.5, 0.2, 0.9, ">") == "slower"
+    assert P.verdict(-0.5, -0.9, -0.2, "<") == "faster"
+    assert P.verdict(0.5, 0.2, 0.9, "<") == "unclear"  # a bound from below: slower unknown
 
 
 def test_the_heldout_report_renders_a_table_and_a_plot(tmp_path):

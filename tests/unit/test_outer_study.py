@@ -1,14 +1,21 @@
 """The outer-step study (reproduction/paper/outer_study.py): its set-ups are the base
 set-ups with the Nesterov step (and int8 deltas) and nothing else changed, the grid runs
-only the static k it is given, and the grid rows pair each point with FedAvg by seed."""
+only the static k it is given, the grid rows pair each point with FedAvg by seed, and the
+chosen point, recomputed from the committed runs, is the product's default."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from powertrip.core.config import RunConfig
+from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM
 from reproduction.paper import VARIANTS, outer_study
 from reproduction.paper.data import UNIFORM
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_study_set_up_is_its_base_with_the_outer_step_and_encoding_only():
@@ -39,12 +46,41 @@ def test_without_runs_the_grid_rows_say_not_run(tmp_path):
     train = VariantData("uniform", "u", ["static-k3"], all_seeds=[0, 1, 2, 3, 4])
     train.kstar = 3
     rows = outer_study.claims({"uniform/train": train}, {})
-    assert len(rows) == len(outer_study.GRID)
+    assert len(rows) == len(outer_study.GRID) + 1  # and the chosen point's row
     assert all(r.ours == "not run" and r.seeds == 0 for r in rows)
     assert outer_study.grid_means({"uniform/train": train}, "uniform") == {}
+    assert outer_study.chosen({"uniform/train": train}, "uniform") is None
+
+
+def _committed() -> dict:
+    out = ROOT / "results" / "reproduce"
+    return outer_study.load(out, json.loads((out / "reproduce.json").read_text()))
 
 
 @pytest.mark.parametrize("base", ["uniform", "trace"])
-def test_the_grid_is_fixed_before_the_runs(base):
-    assert outer_study.GRID == ((0.35, 0.5), (0.35, 0.9), (0.7, 0.5), (0.7, 0.9))
-    assert len(outer_study.GRID_VARIANTS[base]) == 4
+def test_the_committed_grid_chooses_the_products_outer_step(base):
+    """The chosen point, recomputed from results/: the lowest mean time to target against
+    FedAvg at static k* over seeds 0-4. The product's default and the settings table must be
+    it, and the held-out runs were made under it."""
+    d = _committed()
+    means = outer_study.grid_means(d, base)
+    assert set(means) == set(outer_study.GRID)  # every point finished on every training seed
+    point = outer_study.chosen(d, base)
+    assert point == min(means, key=means.__getitem__)
+    assert point == (OUTER_LR, OUTER_MOMENTUM) == outer_study.PRODUCT
+    defaults = RunConfig()
+    assert (defaults.outer_optimizer, defaults.outer_lr, defaults.outer_momentum) == (
+        "nesterov",
+        *point,
+    )
+    fp32, _ = outer_study.HELDOUT_VARIANTS[base]
+    assert (fp32.overrides["outer_lr"], fp32.overrides["outer_momentum"]) == point
+    row = next(r for r in outer_study.claims(d, {}) if "outer step chosen" in r.claim)
+    assert row.holds == "yes" and "the best may lie outside the grid" in row.ours
+
+
+def test_a_winner_at_the_grids_corner_is_said_to_be_there():
+    assert outer_study.edges((0.7, 0.9)) == ["the largest lr 0.7", "the largest momentum 0.9"]
+    assert outer_study.edges((0.35, 0.5)) == ["the smallest lr 0.35", "the smallest momentum 0.5"]
+    assert outer_study.effective_step(0.7, 0.9) == pytest.approx(7.0)
+    assert "have not been run yet" in outer_study.NOT_RUN
