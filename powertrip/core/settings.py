@@ -154,6 +154,11 @@ class RunSettings:
         0.0, "stop once simulated time passes this many hours (0 = no limit)", at_least=0,
         run_limit=True,
     )  # fmt: skip
+    max_wall_hours: float = setting(
+        0.0, "stop once this process has spent this many wall-clock hours on rounds (0 = no "
+        "limit), a cap on what a run costs on rented machines; a resumed run starts a new "
+        "allowance", at_least=0, run_limit=True, later=0.0,
+    )  # fmt: skip
     target_accuracy: float | None = setting(
         None, "held-out accuracy that ends the run (null: the workload's)", above=0, at_most=1,
         services=("policy",),

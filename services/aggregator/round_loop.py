@@ -76,6 +76,7 @@ class RoundLoop:
         self.recorder: RunRecorder | None = None
         self.result = LoopResult()
         self.start_round = 1
+        self.wall_started = time.monotonic()  # max_wall_hours counts from run_rounds
 
     # ---- set-up ------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -316,6 +317,8 @@ class RoundLoop:
             self.run.max_sim_hours,
             loss=loss,
             target_perplexity=self.run.target_perplexity,
+            wall_s=time.monotonic() - self.wall_started,
+            max_wall_hours=self.run.max_wall_hours,
         )
         if reason == TARGET_REACHED:
             result.time_to_target_s = result.sim_time_s
@@ -360,6 +363,7 @@ class RoundLoop:
         """Rounds `first`..max_rounds. A round in which no site delivered is redone (its
         sites are now marked dead, so the policy picks others); the run fails only after
         MAX_EMPTY_ROUNDS of them in a row."""
+        self.wall_started = time.monotonic()
         round_no, empty = first, 0
         while round_no <= self.run.max_rounds:
             try:

@@ -4,7 +4,7 @@ The aggregator alone owns the stop decision; the policy sends none (Selection.st
 reserved in the contract). A run stops when a round reaches the target (the accuracy, or
 the perplexity when the run sets target_perplexity), when the
 time budget is spent (on the simulated clock, already when the next round would overrun
-it) or after max_rounds.
+it), when the wall-clock budget is spent, or after max_rounds.
 Pure functions, so the rule is testable without a run.
 """
 
@@ -14,6 +14,7 @@ import math
 
 TARGET_REACHED = "target_reached"
 TIME_BUDGET = "time_budget"
+WALL_BUDGET = "wall_budget"
 MAX_ROUNDS = "max_rounds"
 
 
@@ -35,17 +36,22 @@ def stop_reason(
     *,
     loss: float = math.inf,
     target_perplexity: float | None = None,
+    wall_s: float = 0.0,
+    max_wall_hours: float = 0.0,
 ) -> str | None:
     """Why the run stops after a round that ends at `sim_time_s` with `accuracy` and held-out
     mean cross-entropy `loss`, or None. With a `target_perplexity`, the target is
-    exp(loss) <= it and the accuracy does not stop the run. The round limit is the loop's
-    own bound (MAX_ROUNDS), checked before the next round."""
+    exp(loss) <= it and the accuracy does not stop the run. `wall_s` is the wall time this
+    process has run rounds for, against `max_wall_hours`. The round limit is the loop's own
+    bound (MAX_ROUNDS), checked before the next round."""
     if target_reached(accuracy, target_accuracy, loss, target_perplexity) and not (
         target_reached_before
     ):
         return TARGET_REACHED
     if max_sim_hours and sim_time_s >= max_sim_hours * 3600:
         return TIME_BUDGET
+    if max_wall_hours and wall_s >= max_wall_hours * 3600:
+        return WALL_BUDGET
     return None
 
 

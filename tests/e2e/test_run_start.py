@@ -44,3 +44,18 @@ def test_a_taken_port_falls_back_to_port_zero_and_the_run_is_the_same(tmp_path, 
     assert again.summary["stopped_reason"] == plain.summary["stopped_reason"]
     assert again.summary["rounds"] == plain.summary["rounds"] == 2
     assert (again_dir / runfiles.ROUNDS).read_text() == (plain_dir / runfiles.ROUNDS).read_text()
+
+
+def test_a_spent_wall_budget_stops_the_run_after_its_round(tmp_path):
+    """max_wall_hours through a real run: 0.36 ms of wall time is spent by round 1's end."""
+    config = RunConfig(
+        workload="synthetic", num_sites=8, max_rounds=5, seed=3, target_accuracy=0.99,
+        max_wall_hours=1e-7,
+    )  # fmt: skip
+    out = tmp_path / "wall"
+    out.mkdir()
+    config.write_yaml(out / "base.yaml")
+    with Deployment(out / "base.yaml", out / "logs") as deployment:
+        outcome = runner.run_once(config, out, deployment, show_progress=False)
+    assert outcome.summary["stopped_reason"] == "wall_budget"
+    assert outcome.summary["rounds"] == 1

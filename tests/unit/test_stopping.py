@@ -52,3 +52,25 @@ def test_runs_stored_before_the_setting_still_match():
     assert experiment_differences(stored, {**wanted, "target_perplexity": 9.0}) == [
         "target_perplexity"
     ]
+
+
+def test_the_wall_budget_stops_a_run_once_its_hours_are_spent():
+    from services.aggregator.stopping import WALL_BUDGET
+
+    assert stop_reason(0.1, 0.45, False, 60.0, 0.0, wall_s=3600.0, max_wall_hours=1.0) == (
+        WALL_BUDGET
+    )
+    assert stop_reason(0.1, 0.45, False, 60.0, 0.0, wall_s=3599.0, max_wall_hours=1.0) is None
+    assert stop_reason(0.1, 0.45, False, 60.0, 0.0, wall_s=1e9, max_wall_hours=0.0) is None
+    # the target reached in the same round is what the round reports
+    assert stop_reason(0.5, 0.45, False, 60.0, 0.0, wall_s=1e9, max_wall_hours=1.0) == (
+        TARGET_REACHED
+    )
+
+
+def test_max_wall_hours_is_a_run_limit_stored_runs_ran_without():
+    from powertrip.core.config import LATER_SETTINGS, RUN_LIMITS
+
+    assert "max_wall_hours" in RUN_LIMITS and LATER_SETTINGS["max_wall_hours"] == 0.0
+    with pytest.raises(ConfigError, match=r"max_wall_hours: must be >= 0, got -1"):
+        RunConfig(max_wall_hours=-1).validate()
