@@ -202,8 +202,8 @@ class RoundLoop:
             stop = self._stop_after(done.accuracy, done.loss)
             if self.run.checkpoint:
                 self.save_checkpoint(round_no, trained.weights, trained.progress.model_version + 1)
-        # last, so that the checkpoint's time is in it: a crash just before leaves a round
-        # without its wall.csv row, never a row for a round the files do not have
+        # last: a crash just before leaves a round without its wall.csv row, never a row for
+        # a round the files do not have (a resume drops rows after its checkpoint's round)
         self.recorder.add_wall(round_no, wall)
         log.info(
             "round %d: k=%d acc=%.4f %s time=%.1fs (+%.1fs, wall %.1fs)",
@@ -354,6 +354,11 @@ class RoundLoop:
                 self.result.stopped_reason = "failed"
                 log.error("run failed: %s", exc)
             finally:
+                try:
+                    self.checkpoints.flush()  # the summary comes after the last checkpoint
+                except OSError as exc:
+                    status, message = "failed", f"checkpoint: {exc}"
+                    log.error("run failed: %s", message)
                 self.write_summary(status, message)
                 self.state.finish(status, message)
                 self.metrics.show_state(status)

@@ -172,9 +172,11 @@ def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path
     ckpt = tmp_path / runfiles.CHECKPOINT_DIR
 
     store.save(_record(1, weights, *_replies(selection, _columns(0.25))))
+    store.flush()  # written in the background
     (first,) = ckpt.glob("profiles-*.pb")
     written = first.stat().st_mtime_ns
     store.save(_record(2, weights, *_replies(selection, _columns(0.25))))
+    store.flush()
     assert [p.name for p in ckpt.glob("profiles-*.pb")] == [first.name]
     assert first.stat().st_mtime_ns == written  # unchanged profiles: not written again
     resumed = _resumed(store.load(weights))
@@ -184,6 +186,7 @@ def test_checkpoint_profiles_go_to_a_side_file_written_when_they_change(tmp_path
     assert not resumed.last_selection.shadows  # nothing reads them back
 
     store.save(_record(3, weights, *_replies(selection, _columns(0.75))))
+    store.flush()
     (changed,) = ckpt.glob("profiles-*.pb")
     assert changed.name != first.name
     assert _resumed(store.load(weights))._last_columns == _columns(0.75)
@@ -199,6 +202,7 @@ def test_a_checkpoint_with_inline_profiles_still_loads(tmp_path):
     store = CheckpointStore(tmp_path, RunConfig(workload="synthetic", num_sites=2))
     weights = {"w": np.arange(4, dtype=np.float32)}
     store.save(_record(1, weights, *_replies(None, _columns(0.5))))
+    store.flush()
     state_path = tmp_path / runfiles.CHECKPOINT_DIR / "state.json"
     state = json.loads(state_path.read_text())
     del state["last_profiles_file"], state["last_profiles_sha256"]
@@ -284,3 +288,15 @@ def test_a_long_site_list_goes_to_a_worker_as_a_count():
     assert len(",".join(many)) > MAX_SITES_ARG_BYTES
     assert site_args(many) == ["--site-count", "20000"]
     assert MAX_SITES_ARG_BYTES < 128 * 1024  # Linux's limit on one argument (MAX_ARG_STRLEN)
+
+
+def test_a_checkpoint_is_written_from_copies_taken_when_it_was_saved(tmp_path):
+    """The write runs while the next round does: arrays the round changes after save()
+    returns must not reach the file."""
+    store = CheckpointStore(tmp_path, RunConfig(workload="synthetic", num_sites=2))
+    weights = {"w": np.arange(4, dtype=np.float32)}
+    store.save(_record(1, weights, None, None))
+    weights["w"][:] = -1.0  # the next round reuses the buffer before the write lands
+    store.flush()
+    with np.load(next((tmp_path / runfiles.CHECKPOINT_DIR).glob("model-*.npz"))) as saved:
+        assert saved["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
