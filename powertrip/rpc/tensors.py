@@ -84,7 +84,7 @@ def _little_endian_bytes(array: np.ndarray) -> memoryview:
 
 
 def chunk_pieces(
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, np.ndarray | deltacodec.EncodedTensor],
     chunk_bytes: int = CHUNK_BYTES,
     start: tuple[int, int] = (0, 0),
     delta_encoding: str = "fp32",
@@ -96,16 +96,22 @@ def chunk_pieces(
     `start` = (tensor index, byte offset in it): begin there, as a resumed upload does
     (`TensorAssembler.position` on the receiving end); earlier bytes are not sent.
     `delta_encoding` other than fp32 encodes each float tensor (deltacodec): offsets then
-    count encoded bytes, and a resumed stream re-encodes to the same bytes.
+    count encoded bytes, and a resumed stream re-encodes to the same bytes. A tensor given
+    already encoded (a deltacodec.EncodedTensor: the site worker encodes once, to measure
+    the error and to send) goes as it is.
     """
     count = len(arrays)
     first, skip = start
     for index, (name, array) in enumerate(arrays.items()):
         if index < first:
             continue
-        encoded = deltacodec.encode(array, delta_encoding)
+        encoded = (
+            array
+            if isinstance(array, deltacodec.EncodedTensor)
+            else deltacodec.encode(array, delta_encoding)
+        )
         raw = _little_endian_bytes(encoded.wire)
-        shape = [int(d) for d in array.shape]
+        shape = [int(d) for d in encoded.wire.shape]
         # "int32" for a big-endian ">i4" too: its bytes were made little-endian above
         dtype = encoded.dtype
         begin = skip if index == first else 0

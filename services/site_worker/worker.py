@@ -284,9 +284,12 @@ class SiteWorker:
         early when the round closes (FAILED_PRECONDITION: the delta is too late)."""
         arrays = {k: v.numpy() for k, v in result.delta.items()}
         encoding = self.delta_encoding
+        nbytes = sum(a.nbytes for a in arrays.values())
         error = 0.0
-        if encoding != "fp32":
-            error = deltacodec.relative_error(arrays, deltacodec.encode_all(arrays, encoding))
+        if encoding != "fp32":  # encoded once: what the error is measured on is what is sent
+            encoded = deltacodec.encode_all(arrays, encoding)
+            error = deltacodec.relative_error(arrays, encoded)
+            arrays = encoded
         header = aggregator_pb2.DeltaHeader(
             task_id=task.task_id,
             site_id=task.site_id,
@@ -301,7 +304,6 @@ class SiteWorker:
             worker_id=self.config.worker_id,
             session_token=session,
         )
-        nbytes = sum(a.nbytes for a in arrays.values())
         log.info(
             "uploading the delta of %s for %s: %d bytes", task.site_id, task.task_id, nbytes,
             extra={"round": task.round, "site": task.site_id, "task": task.task_id},

@@ -151,3 +151,47 @@ def test_m_is_charged_at_the_encodings_share_and_the_setting_is_checked():
         RunConfig().with_values({"delta_encoding": "int4"}, "--set")
     with pytest.raises(ValueError, match="delta_encoding: int8 encodes the upload only"):
         RunConfig(delta_encoding="int8", comm_directions=2).validate()
+
+
+def test_a_delta_encoded_once_streams_the_bytes_the_stream_would_encode():
+    """The site worker encodes once (for the error it reports and for the upload); the
+    chunks must be those the stream makes from the fp32 delta itself."""
+    from powertrip.rpc.tensors import chunk_pieces
+
+    rng = np.random.default_rng(3)
+    delta = {
+        "a": rng.normal(0, 1e-3, (300, 70)).astype(np.float32),
+        "steps": np.array([7], dtype=np.int64),
+        "b": rng.normal(0, 1e-2, (11,)).astype(np.float32),
+    }
+    encoded = deltacodec.encode_all(delta, "int8")
+    direct = list(chunk_pieces(delta, chunk_bytes=4096, delta_encoding="int8"))
+    once = list(chunk_pieces(encoded, chunk_bytes=4096, delta_encoding="int8"))
+    assert [m for m, _ in once] == [m for m, _ in direct]
+    assert [bytes(d) for _, d in once] == [bytes(d) for _, d in direct]
+    resumed = list(chunk_pieces(encoded, chunk_bytes=4096, start=(0, 8192), delta_encoding="int8"))
+    assert [bytes(d) for _, d in resumed] == [bytes(d) for _, d in direct[2:]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_blockwise_quantization_is_the_whole_array_expression(dtype):
+    rng = np.random.default_rng(5)
+    shape = (deltacodec.QUANTIZE_BLOCK + 1000, 3)  # several blocks and a short last one
+    array = (rng.normal(0, 1e-3, shape) * rng.choice([1, 100], shape)).astype(dtype)
+    array[0, 0] = 1e-3 * 127 / 2 * 1.0  # a value at a rounding midpoint's neighbourhood
+    scale = np.float32(float(np.max(np.abs(array))) / deltacodec.INT8_MAX)
+    expected = np.clip(np.rint(array / scale), -127, 127).astype(np.int8)
+    encoded = deltacodec.encode(array, "int8")
+    assert encoded.wire.dtype == np.int8 and encoded.wire.shape == array.shape
+    assert np.array_equal(encoded.wire, expected)
+    strided = deltacodec.encode(array[:, ::2], "int8").wire  # not contiguous
+    assert np.array_equal(
+        strided, deltacodec.encode(np.ascontiguousarray(array[:, ::2]), "int8").wire
+    )
+
+
+def test_a_non_finite_delta_still_encodes_to_zeros():
+    for bad in (np.nan, np.inf, -np.inf):
+        array = np.array([1.0, bad, -2.0], dtype=np.float32)
+        encoded = deltacodec.encode(array, "int8")
+        assert encoded.scale == 0.0 and not encoded.wire.any()
