@@ -32,7 +32,11 @@ both alike; the ratio is the median of the pairwise ratios:
   on the GPU vs gpu_loop_site_steps_per_s, the plain sequential loop on the same GPU.
 * qlora_base_memory_ratio (CUDA GPU and bitsandbytes): QLoRA's 4-bit base against LoRA's
   float32 base, GPU memory held and peak in training, and step time (bench/qlora.py).
-* demo_wall_s (only with --demo: it takes minutes): the default `make demo` comparison.
+* run_startup_s (bench/startup.py): one run's wall outside its round (CLI, services up and
+  down, the report) against `python -c "import torch"` (startup_vs_torch_import).
+* demo_wall_s, demo_vs_loop, demo_vs_work (only with --demo: it takes minutes): the default
+  `make demo` comparison against the bare loop doing its site-steps, and against that plus
+  a bare forward pass over the samples it evaluated (bench/demo.py).
 
 Writes bench/results/latest.json and prints a table. `--quick` is a smoke run.
 """
@@ -74,6 +78,7 @@ from bench import (  # noqa: E402
     qlora,
     scale,
     select_sites,
+    startup,
     train,
     transfer,
 )
@@ -91,6 +96,7 @@ BENCHMARKS = {
     "scale": scale,
     "gpu": gpu,
     "qlora": qlora,
+    "startup": startup,
 }
 
 
@@ -117,7 +123,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         help="comma-separated: train,kernels,flower,transfer,fedavg,deltawire,select,scale,gpu,"
-        "qlora",
+        "qlora,startup",
     )
     parser.add_argument(
         "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"

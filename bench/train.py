@@ -62,6 +62,28 @@ def bare_loop_steps_per_s(sites: list[int], steps: int, threads: int) -> float:
     return len(sites) * steps / (time.perf_counter() - start)
 
 
+def bare_forward_samples_per_s(threads: int, samples: int = 2000) -> float:
+    """The evaluation's reference: the held-out forward pass written plainly, the model in
+    inference mode over `samples` test samples in batches of 500, one untimed pass first."""
+    import torch
+
+    torch.set_num_threads(threads)
+    workload, data, _ = femnist_sites()
+    torch.manual_seed(0)
+    model = workload.build_model().eval()
+    x = workload.inputs(data.test.x[:samples])
+
+    def forward() -> None:
+        with torch.inference_mode():
+            for start in range(0, len(x), 500):
+                model(x[start : start + 500]).argmax(dim=1)
+
+    forward()  # warm-up, untimed
+    start = time.perf_counter()
+    forward()
+    return len(x) / (time.perf_counter() - start)
+
+
 def system_steps_per_s(
     sites: int, steps: int, rounds: int, out: Path, extra: list[str]
 ) -> tuple[float, list[int]]:
