@@ -15,6 +15,7 @@ import yaml
 
 from powertrip.app.cliexit import EXIT_USAGE
 from powertrip.app.cliflags import FLAG_FIELDS
+from powertrip.app.settingstable import markdown_table, text_table
 from powertrip.core import runfiles
 from powertrip.core.config import (
     PARAM_PREFIX,
@@ -23,7 +24,7 @@ from powertrip.core.config import (
     parse_setting,
 )
 from powertrip.core.policies.base import param_number
-from powertrip.core.settings import later_settings, markdown_table, text_table
+from powertrip.core.settings import later_settings
 
 
 def load_config(args: argparse.Namespace) -> RunConfig:

@@ -296,14 +296,17 @@ class RunSettings:
     )  # fmt: skip
     trainer: str = setting(
         "loop", "how a worker trains its sites: one after another (loop) or site_batch sites "
-        "per forward/backward (vmap); the same math either way", choices=TRAINERS,
+        "per forward/backward (vmap); the same math up to float rounding; a remote worker's "
+        "own --trainer decides its (a GPU's vmap)", choices=TRAINERS,
     )  # fmt: skip
     site_batch: int = setting(1, "sites per vmap call", at_least=1)
-    channels_last: bool = setting(True, "NHWC convolutions in the loop trainer")
+    channels_last: bool = setting(
+        True, "NHWC convolutions in the loop trainer", services=("site_worker",)
+    )
     fused_sgd: bool = setting(
         True, "plain SGD applied inside each linear layer's weight-gradient product (loop "
         "trainer, SGD workloads; powertrip/core/fused_sgd.py): the same math up to float "
-        "rounding", later=False,
+        "rounding", later=False, services=("site_worker",),
     )  # fmt: skip
     outer_optimizer: str = setting(
         "nesterov", "how the averaged delta moves the model (powertrip/core/outer.py): "
@@ -419,44 +422,3 @@ def for_service(service: str, cls: type = RunSettings) -> tuple[str, ...]:
     if service not in SERVICES:
         raise ValueError(f"service must be one of {', '.join(SERVICES)}, got {service!r}")
     return tuple(r.name for r in rows(cls) if service in r.services)
-
-
-def _cell(value: Any) -> str:
-    text = (
-        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    )
-    return text.replace("|", "\\|") if text else "—"
-
-
-def markdown_table(cls: type = RunSettings) -> str:
-    """docs/cli.md's settings table."""
-    lines = [
-        "| setting | type | default | allowed | paper | stored runs without it | sent to | "
-        "what it does |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows(cls):
-        help_text = r.help + (f" (Flower strategy: {r.flower}, {r.flower_why})"
-                              if r.flower is not SAME else "")  # fmt: skip
-        lines.append(
-            f"| `{r.name}` | {r.kind.replace('|', 'or')} | `{_cell(r.default)}` | "
-            f"{_cell(r.allowed_text())} | {'' if r.paper is SAME else f'`{_cell(r.paper)}`'} | "
-            f"{'' if r.later is ALWAYS else f'`{_cell(r.later)}`'} | "
-            f"{', '.join(r.services) or ''} | {help_text.replace('|', '/')} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def text_table(cls: type = RunSettings) -> str:
-    """`powertrip config settings`: a setting a line or two, for a terminal."""
-    out = []
-    for r in rows(cls):
-        allowed = r.allowed_text()
-        out.append(
-            f"{r.name} ({r.kind}; default {_cell(r.default)}"
-            + (f"; {allowed}" if allowed else "")
-            + (f"; paper {_cell(r.paper)}" if r.paper is not SAME else "")
-            + ")"
-        )
-        out.append(f"    {r.help}")
-    return "\n".join(out) + "\n"

@@ -82,7 +82,7 @@ def policy_list() -> str:
 
 def pages() -> dict[Path, dict[str, str]]:
     """Each page with rendered blocks -> its blocks."""
-    from powertrip.core.settings import markdown_table
+    from powertrip.app.settingstable import markdown_table
 
     rows = read_claims_markdown(CLAIMS)
     return {

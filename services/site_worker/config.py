@@ -1,8 +1,22 @@
-"""Site-worker configuration."""
+"""Site-worker configuration: the worker's own (its flags), and the run's settings it
+receives at registration, which decide how the run's sites train."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from powertrip.rpc.runsettings import read_settings
+from powertrip.v1 import aggregator_pb2
+
+log = logging.getLogger(__name__)
+
+#: run settings that decide a site's numbers, not only its speed: a worker takes the run's,
+#: whatever its own flags said, so a remote worker trains as the run does (one resuming a run
+#: stored before fused SGD existed trains without it). The trainer (loop or vmap) stays the
+#: worker's own choice: it is the device's (a GPU's vmap, a CPU's loop)
+RUN_TRAINING = ("channels_last", "fused_sgd")
 
 
 @dataclass(frozen=True)
@@ -29,3 +43,28 @@ class WorkerConfig:
     power_meter: object = None
     #: what power_meter is, in words (RegisterRequest.energy_meter): the run's report says it
     energy_meter: str = ""
+
+    def with_run(self, run: dict[str, Any]) -> WorkerConfig:
+        """This configuration with the run's `RUN_TRAINING` settings (those it sent)."""
+        given = {name: run[name] for name in RUN_TRAINING if name in run}
+        changed = {k: v for k, v in given.items() if getattr(self, k) != v}
+        if changed:
+            log.info("%s: the run's settings replace this worker's flags: %s", self.worker_id,
+                     ", ".join(f"{k}={v}" for k, v in changed.items()))  # fmt: skip
+        return replace(self, **given)
+
+
+def spec_settings(spec: aggregator_pb2.RunSpec) -> dict[str, Any]:
+    """The run's settings this worker needs, from the spec's RunSettings (powertrip/rpc/
+    runsettings.py), or from its named fields when an aggregator of 1.0 sent none (then the
+    worker's own flags decide how it trains)."""
+    if spec.settings.values:
+        return read_settings(spec.settings, "site_worker")
+    return {
+        "workload": spec.workload,
+        "num_sites": spec.num_sites,
+        "seed": spec.seed,
+        "data_dir": spec.data_dir or None,
+        "peft": spec.peft or "none",
+        "delta_encoding": spec.delta_encoding or "fp32",
+    }

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
 
 import grpc
 import numpy as np
@@ -30,10 +29,9 @@ from powertrip.core.profiles import site_index
 from powertrip.core.workloads import get_workload
 from powertrip.rpc.channels import deadline_for, open_channel
 from powertrip.rpc.chunkwire import AggregatorStub, encode_chunks
-from powertrip.rpc.runsettings import read_settings
 from powertrip.rpc.tensors import TensorAssembler, encode_tensors
 from powertrip.v1 import aggregator_pb2, aggregator_pb2_grpc
-from services.site_worker.config import WorkerConfig
+from services.site_worker.config import WorkerConfig, spec_settings
 from services.site_worker.metrics import SiteWorkerMetrics
 from services.site_worker.telemetry import energy_delta
 
@@ -88,21 +86,6 @@ def _wire_chunks(stub) -> bool:
     """Whether `stub` takes pre-serialized chunks (`chunkwire.AggregatorStub` does; the
     generated stub, which tests and other clients use, does not)."""
     return getattr(stub, "wire_chunks", False)
-
-
-def spec_settings(spec: aggregator_pb2.RunSpec) -> dict[str, Any]:
-    """The run's settings this worker needs, from the spec's RunSettings (powertrip/rpc/
-    runsettings.py), or from its named fields when an aggregator of 1.0 sent none."""
-    if spec.settings.values:
-        return read_settings(spec.settings, "site_worker")
-    return {
-        "workload": spec.workload,
-        "num_sites": spec.num_sites,
-        "seed": spec.seed,
-        "data_dir": spec.data_dir or None,
-        "peft": spec.peft or "none",
-        "delta_encoding": spec.delta_encoding or "fp32",
-    }
 
 
 @dataclass
@@ -170,6 +153,7 @@ class SiteWorker:
     def load_data(self, spec: aggregator_pb2.RunSpec) -> None:
         self.spec = spec
         run = spec_settings(spec)
+        self.config = self.config.with_run(run)  # how the run trains: its settings win
         self.workload = get_workload(run["workload"], run["peft"])
         # a site's samples are asked for when it trains: a workload may make them then
         self.sites = self.workload.site_data(

@@ -54,3 +54,19 @@ def test_text_that_is_not_json_is_refused_by_name():
     message = common_pb2.RunSettings(values={"seed": "{not json"})
     with pytest.raises(SettingsError, match="settings: seed: not JSON"):
         read_settings(message, "policy")
+
+
+def test_a_worker_trains_as_the_run_says_whatever_its_own_flags():
+    """fused_sgd and channels_last decide a site's numbers: the run's reach a remote worker
+    and replace its flags; a 1.0 aggregator's spec (no settings) leaves the flags."""
+    from powertrip.v1 import aggregator_pb2
+    from services.site_worker.config import WorkerConfig, spec_settings
+
+    worker = WorkerConfig(aggregator="a:1", worker_id="w", fused_sgd=True, trainer="vmap")
+    run = RunConfig(fused_sgd=False, channels_last=False)
+    spec = aggregator_pb2.RunSpec(workload="femnist", settings=settings_message(run, "site_worker"))
+    taken = worker.with_run(spec_settings(spec))
+    assert (taken.fused_sgd, taken.channels_last, taken.trainer) == (False, False, "vmap")
+    old = aggregator_pb2.RunSpec(workload="femnist", num_sites=5, delta_encoding="int8")
+    assert spec_settings(old)["delta_encoding"] == "int8"
+    assert worker.with_run(spec_settings(old)) == worker

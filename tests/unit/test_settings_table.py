@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from powertrip.app import cli, cliconfig
+from powertrip.app.settingstable import markdown_table, text_table
 from powertrip.core import settings
 from powertrip.core.config import ConfigError, RunConfig
 from powertrip.core.settings import ALWAYS, SAME, rows, setting
@@ -68,8 +69,8 @@ def test_config_show_and_config_settings_list_the_new_row(monkeypatch, capsys):
     shown = capsys.readouterr().out
     assert "knob_count: 5  # --set knob_count=5" in shown
     assert "knob_mode: fast  # default" in shown
-    assert "| `knob_count` | int | `4` | >= 1 |" in settings.markdown_table(WithKnob)
-    assert "knob_mode (str; default fast; fast | slow)" in settings.text_table(WithKnob)
+    assert "| `knob_count` | int | `4` | >= 1 |" in markdown_table(WithKnob)
+    assert "knob_mode (str; default fast; fast | slow)" in text_table(WithKnob)
 
 
 def test_every_row_of_the_product_is_complete():
