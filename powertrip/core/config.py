@@ -1,7 +1,8 @@
-"""The run configuration: one dataclass, loaded from YAML and/or flags, validated with
-messages that name the field and the allowed values, and written back fully resolved.
-Each value is read and checked by configvalues.py (ConfigError, imported from here by its
-callers, is defined there), the settings together by configcheck.py."""
+"""The run configuration: the settings table's fields (settings.py) with how they are
+loaded from YAML, flags, `--set` and variables, validated with messages that name the field
+and the allowed values, and written back fully resolved. Each value is read and checked by
+configvalues.py (ConfigError, imported from here by its callers, is defined there), the
+settings together by configcheck.py."""
 
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ from powertrip.core.policies.base import param_number
 from powertrip.core.profiles import PopulationSpec
 from powertrip.core.settings import RunSettings
 
-#: the command-line flag of a setting whose flag is not `--` + its name with `-` for `_`
-FLAGS: dict[str, str] = {r.name: r.flag for r in settings.rows() if r.flag}
 #: Execution settings: how a run is carried out (processes, threads, where the data is read,
 #: how long a round may take in wall time, whether checkpoints are written), never what it
 #: computes; results are bit-identical whatever they are. A resumed run (aggregator
