@@ -43,7 +43,7 @@ def flower_steps_per_s(sites: int, steps: int, rounds: int) -> float:
         ix = part.site_indices[cid]
         return (
             cache["model"],
-            torch.from_numpy(data.train.x[ix]),
+            workload.inputs(data.train.x[ix]),
             torch.from_numpy(data.train.y[ix]),
         )
 

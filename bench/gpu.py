@@ -21,7 +21,7 @@ def gpu_loop_once(workload, model, jobs, steps: int) -> None:
     global_weights = {k: v.clone() for k, v in model.state_dict().items()}
     loss_fn = torch.nn.CrossEntropyLoss()
     for job in jobs:
-        x = torch.from_numpy(job.x).cuda()
+        x = workload.inputs(job.x).cuda()
         y = torch.from_numpy(job.y).cuda()
         model.load_state_dict(global_weights)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)

@@ -41,7 +41,7 @@ def bare_loop_steps_per_s(sites: list[int], steps: int, threads: int) -> float:
 
     def train_site(s: int) -> None:
         ix = part.site_indices[s]
-        x = torch.from_numpy(data.train.x[ix])
+        x = workload.inputs(data.train.x[ix])  # once per site, as float32
         y = torch.from_numpy(data.train.y[ix])
         model.load_state_dict(global_weights)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)

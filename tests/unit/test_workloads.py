@@ -24,8 +24,23 @@ def test_femnist_model_and_data(femnist):
     out = model(workload.inputs(data.train.x[:4]))
     assert out.shape == (4, 62)
     # white background inverted: most pixels are background = 0, ink close to 1
-    assert np.median(data.train.x[:100]) == 0.0 and data.train.x.max() == pytest.approx(1.0)
+    ink = workload.inputs(data.train.x[:100]).numpy()
+    assert np.median(ink) == 0.0 and ink.max() == pytest.approx(1.0)
     assert len(data.train) + len(data.test) == 54_414
+
+
+def test_femnist_inputs_are_the_per_pixel_conversion_byte_for_byte(femnist):
+    """The images stay uint8 and `inputs` converts a batch with a 256-entry table: the bytes
+    must equal converting every pixel, (255 - v) / 255 in float32, as runs always did (the
+    golden runs pin them); a batch of sites (vmap's stack) keeps its leading axes."""
+    workload, data = femnist
+    images = data.train.x[:500]
+    assert images.dtype == np.uint8 and images.shape == (500, 28, 28)
+    per_pixel = ((255 - images.astype(np.float32)) / 255.0)[:, None, :, :]
+    assert workload.inputs(images).numpy().tobytes() == per_pixel.tobytes()
+    stacked = workload.inputs(images.reshape(5, 100, 28, 28))
+    assert stacked.shape == (5, 100, 1, 28, 28)
+    assert stacked.numpy().tobytes() == per_pixel.tobytes()
     assert data.num_classes == 62
 
 

@@ -53,22 +53,28 @@ class FemnistWorkload(Workload):
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
             raise DataError(f"{path} is unreadable or truncated: {exc}") from exc
         n = len(labels)
+        if images.dtype != np.uint8:
+            raise DataError(f"{path}: images must be uint8 pixels, got {images.dtype}")
         if images.shape != (n, 28, 28) or len(writer) != n or len(split) != n:
             raise DataError(
                 f"{path}: inconsistent array shapes (images {images.shape}, {n} labels)"
             )
         if labels.min() < 0 or labels.max() >= NUM_CLASSES:
             raise DataError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
-        # LEAF stores white background (255) with dark ink; the CNN wants ink = 1.0.
-        x = ((255 - images.astype(np.float32)) / 255.0)[:, None, :, :]
         train, test = split == 0, split == 1
         return Dataset(
-            train=Split(x[train], labels[train], writer[train]),
-            test=Split(x[test], labels[test], writer[test]),
+            train=Split(images[train], labels[train], writer[train]),
+            test=Split(images[test], labels[test], writer[test]),
             user_names=writers,
             num_classes=NUM_CLASSES,
             source=str(path),
         )
+
+    def inputs(self, x: np.ndarray):
+        """uint8 images (..., 28, 28) as the model's float32 ink (..., 1, 28, 28)."""
+        import torch
+
+        return torch.from_numpy(np.expand_dims(INK[x], -3))
 
     def build_model(self, device: str = "cpu"):
         from torch import nn
@@ -86,3 +92,12 @@ class FemnistWorkload(Workload):
             nn.ReLU(),
             nn.Linear(2048, NUM_CLASSES),
         )
+
+
+
+#: LEAF stores white background (255) with dark ink; the CNN wants ink = 1.0. The images stay
+#: uint8 (a quarter of the memory) and a batch becomes float32 when it is fed to the model: a
+#: table of the 256 values, (255 - v) / 255 in float32 as numpy computes it element by element,
+#: read with one gather, gives the same bytes as converting every pixel up front. Converting
+#: all 54,000 images up front was 1.2-1.4 s of each service's start-up.
+INK = (np.float32(255) - np.arange(256, dtype=np.float32)) / np.float32(255.0)

@@ -27,8 +27,7 @@ import numpy as np
 
 from powertrip.core.config import ConfigError
 from powertrip.core.datapaths import shipped_data_dir
-from powertrip.core.peft import EXTRA_HINT, PeftSpec, with_adapters
-from powertrip.core.peftspec import PeftSpecError, emulated_update_bytes
+from powertrip.core.peftspec import EXTRA_HINT, PeftSpec, PeftSpecError, emulated_update_bytes
 from powertrip.core.workloads.base import DataError, Dataset, Split, WorkloadDefaults
 from powertrip.core.workloads.shakespeare import ShakespeareWorkload
 from powertrip.core.workloads.shakespeare_samples import SEQ_LEN
@@ -159,7 +158,11 @@ class ShakespeareLMWorkload(ShakespeareWorkload):
                 f"{self.base_path} does not fit the model (missing {missing[:3]}, unexpected "
                 f"{unexpected[:3]}); make it again with `powertrip data pretrain shakespeare-lm`"
             )
-        return with_adapters(model, self.peft, device) if self.peft.enabled else model
+        if not self.peft.enabled:
+            return model
+        from powertrip.core.peft import with_adapters  # torch: not on the CLI's path
+
+        return with_adapters(model, self.peft, device)
 
 
 def _update_bytes(spec: PeftSpec) -> float:
