@@ -21,6 +21,13 @@ def open_channel(target: str, credentials: grpc.ChannelCredentials | None = None
         ("grpc.max_receive_message_length", CONTROL_MESSAGE_BYTES),
         ("grpc.max_send_message_length", CONTROL_MESSAGE_BYTES),
         ("grpc.keepalive_time_ms", 30_000),
+        # a client started beside its server (the embedded deployment starts a run's
+        # workers with their aggregator) dials before the server listens; gRPC's first
+        # retry then came 1 s later, 0.8 s of every run's start-up. A peer that is down
+        # for long is retried every 5 s at most (gRPC's cap is 120 s): a worker waiting for
+        # a remote aggregator joins within seconds of it coming up.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
     ]
     if credentials is not None:
         return grpc.secure_channel(target, credentials, options=options)

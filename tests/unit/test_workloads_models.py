@@ -48,3 +48,37 @@ def test_registry_defaults():
 def test_unknown_optimizer_is_named():
     with pytest.raises(ValueError, match="adamw.*sgd.*'adam'"):
         make_optimizer("adam", [torch.nn.Parameter(torch.zeros(1))], 0.1)
+
+
+def test_plain_sgd_makes_torch_sgd_s_bytes_without_importing_dynamo():
+    """The site's SGD on the CPU (PlainSGD) must leave the same weights as torch.optim.SGD,
+    step by step, and build without importing torch._dynamo (the 1.4 s it saves); a GPU's
+    parameters keep torch's class."""
+    import subprocess
+    import sys
+
+    from powertrip.core.training import PlainSGD
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(30, 20), torch.nn.ReLU(), torch.nn.Linear(20, 5))
+
+    models = [mlp(), mlp()]
+    ours = make_optimizer("sgd", models[0].parameters(), 0.37)
+    theirs = torch.optim.SGD(models[1].parameters(), lr=0.37)
+    assert isinstance(ours, PlainSGD)
+    x, y = torch.randn(8, 30), torch.randint(0, 5, (8,))
+    for _ in range(5):
+        for model, opt in ((models[0], ours), (models[1], theirs)):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+            assert a.detach().numpy().tobytes() == b.detach().numpy().tobytes()
+    probe = (
+        "import sys, torch; from powertrip.core.training import make_optimizer; "
+        "make_optimizer('sgd', [torch.nn.Parameter(torch.zeros(2))], 0.1); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

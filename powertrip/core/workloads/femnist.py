@@ -94,7 +94,6 @@ class FemnistWorkload(Workload):
         )
 
 
-
 #: LEAF stores white background (255) with dark ink; the CNN wants ink = 1.0. The images stay
 #: uint8 (a quarter of the memory) and a batch becomes float32 when it is fed to the model: a
 #: table of the 256 values, (255 - v) / 255 in float32 as numpy computes it element by element,
