@@ -54,13 +54,15 @@ def merge(record: dict, run: dict, per_benchmark: dict[str, dict]) -> dict:
 
 def update(path: Path, run: dict, per_benchmark: dict[str, dict], *, quick: bool) -> list[str]:
     """Merge a run into the record at `path` and write it; returns the benchmarks it updated.
-    A quick (smoke) run writes nothing: its figures are not measurements."""
-    if quick:
+    A quick (smoke) run writes nothing: its figures are not measurements; nor does a run
+    that measured nothing."""
+    updated = [name for name, figures in per_benchmark.items() if measured(figures)]
+    if quick or not updated:
         return []
     record = merge(read(path), run, per_benchmark)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
-    return [name for name, figures in per_benchmark.items() if measured(figures)]
+    return updated
 
 
 def figures(record: dict) -> dict[str, tuple[object, str, dict]]:

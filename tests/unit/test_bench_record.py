@@ -59,6 +59,9 @@ def test_update_writes_the_merge_and_a_quick_run_writes_nothing(tmp_path):
     path.write_text(json.dumps(OLD))
     assert record.update(path, RUN, {"startup": {"run_startup_s": 9.9}}, quick=True) == []
     assert json.loads(path.read_text()) == OLD
+    nothing = {"demo": {"demo_wall_s": "not measured (pass --demo)"}}
+    assert record.update(tmp_path / "none.json", RUN, nothing, quick=False) == []
+    assert not (tmp_path / "none.json").exists()
     assert record.update(path, RUN, {"startup": {"run_startup_s": 1.5}}, quick=False) == ["startup"]
     written = record.read(path)
     assert written["benchmarks"]["startup"]["figures"] == {"run_startup_s": 1.5}
