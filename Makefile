@@ -99,8 +99,9 @@ demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 # test-all` adds the slow end-to-end runs, the golden runs and the replay of every committed
 # run (tests/replay), and the container tests when POWERTRIP_DOCKER_TESTS=1: what CI runs.
 # the README's demo table and headline claims, from results/demo/comparison.csv (copy
-# runs/demo/comparison.csv there after a make demo that changed it) and results/claims.md
-docs: setup  ## render the README's numbers from results/ and docs/cli.md's policy list
+# runs/demo/comparison.csv there after a make demo that changed it) and results/claims.md;
+# the speed tables from bench/results/results.json (make bench)
+docs: setup  ## render the README's numbers from results/, the speed tables from bench/results/ and docs/cli.md's policy list
 	$(BIN)/python -m reproduction.paper.docblocks
 
 test: setup  ## the fast tier: every test but the slow end-to-end runs and the replay tier
@@ -119,6 +120,9 @@ reliability: setup  ## load (1,000 sites) and 200-round soak; figures in runs/re
 # py-spy): bench installs it into .venv when flwr is missing, with the pins of
 # constraints.txt; when pip cannot (no network, no wheel for this Python) it says so and
 # runs the rest, and the table shows "flower: skipped: ..."
+# The figures are merged into the committed bench/results/results.json (each benchmark with
+# the machine, date and command that measured it) and rendered into bench/RESULTS.md,
+# docs/performance.md and docs/benchmarks.md: commit the three with the record
 BENCH_ARGS ?=
 bench: setup  ## speed figures as ratios against references measured in the same run (not part of test)
 	@if ! $(BIN)/python -c 'import flwr' 2>/dev/null; then \
@@ -128,6 +132,7 @@ bench: setup  ## speed figures as ratios against references measured in the same
 	      "will not be measured; fix that and run make bench again"; \
 	fi
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python -m reproduction.paper.docblocks
 
 WHEEL_DIR ?= dist
 wheel: setup  ## build a wheel of powertrip into WHEEL_DIR (it carries data/ but the speech clips)

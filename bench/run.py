@@ -38,7 +38,12 @@ both alike; the ratio is the median of the pairwise ratios:
   `make demo` comparison against the bare loop doing its site-steps, and against that plus
   a bare forward pass over the samples it evaluated (bench/demo.py).
 
-Writes bench/results/latest.json and prints a table. `--quick` is a smoke run.
+Writes this run's figures to bench/results/latest.json (`--out`) and prints a table, and
+merges them into the committed record, bench/results/results.json (`--record`;
+bench/record.py): each benchmark that measured a figure replaces its own entry, with this
+run's machine, date and command, and the others keep theirs, so `--only startup` updates
+start-up alone. `make docs` renders bench/RESULTS.md and the docs' tables from the record
+(bench/render.py). `--quick` is a smoke run: it is never merged into the record.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ from powertrip.core.kernels import configure_torch, pin_cpu_kernels  # noqa: E40
 pin_cpu_kernels()
 configure_torch()
 
+import torch  # noqa: E402  (configured above; its version goes with the figures)
+
 # One module per figure, each with measure(args, work, results) -> dict (bench/__init__.py).
 from bench import (  # noqa: E402
     deltawire,
@@ -76,13 +83,14 @@ from bench import (  # noqa: E402
     gpu,
     kernels,
     qlora,
+    record,
     scale,
     select_sites,
     startup,
     train,
     transfer,
 )
-from powertrip.core.kernels import cpu_identity  # noqa: E402
+from powertrip.core.kernels import cpu_identity, kernel_mode  # noqa: E402
 
 # `--only` names -> modules, in the order they run (and their figures appear in the table).
 BENCHMARKS = {
@@ -129,6 +137,12 @@ def main() -> int:
         "--scale-sizes", help="site counts for scale (default 100,1000,10000,100000)"
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
+    parser.add_argument(
+        "--record", default=str(record.RECORD), help="the committed record this run merges into"
+    )
+    parser.add_argument(
+        "--no-record", action="store_true", help="write --out only; leave the record alone"
+    )
     args = parser.parse_args()
 
     if args.quick:
@@ -143,25 +157,39 @@ def main() -> int:
         f"{platform.system()} {platform.release()}",
         "date": time.strftime("%F %T %Z"),
         "command": " ".join([Path(sys.executable).name, "bench/run.py", *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "kernels": kernel_mode(),
         "load_at_start": contention(),
     }
 
     if args.no_flower:
         parts.discard("flower")
+    per_benchmark: dict[str, dict] = {}  # each benchmark's own figures, for the record
     for name, module in BENCHMARKS.items():
         if name in parts:
-            results.update(module.measure(args, work, results))
+            per_benchmark[name] = module.measure(args, work, results)
+            results.update(per_benchmark[name])
 
-    results.update(demo.measure(args, work, results))  # always: says when it is not measured
+    # always: says when it is not measured (then the record keeps the demo's last figures)
+    per_benchmark["demo"] = demo.measure(args, work, results)
+    results.update(per_benchmark["demo"])
 
     results["load_at_end"] = contention()
     out_json.write_text(json.dumps(results, indent=2) + "\n")
+    recorded = record.update(
+        Path(args.record), results, per_benchmark, quick=args.quick or args.no_record
+    )
     shutil.rmtree(work, ignore_errors=True)
     width = max(len(k) for k in results)
     for key, value in results.items():
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
         print(f"{key:<{width}}  {text}")
     print(f"written: {out_json}")
+    if recorded:
+        print(f"recorded in {args.record}: {', '.join(recorded)} (run `make docs` to render)")
+    else:
+        why = "--quick" if args.quick else "--no-record" if args.no_record else "nothing measured"
+        print(f"not recorded in {args.record} ({why})")
     return 0
 
 

@@ -47,12 +47,13 @@ def apply_delta(
 # an OpenMP region, whatever the process's torch thread count. The aggregator evaluates on
 # every core (services/aggregator/evaluator.py), and 2-thread OpenMP regions, one per block,
 # while the site workers trained on both cores fell from 4.5 to 0.27 GB/s: every region's
-# barrier waited for a core (docs/benchmarks.md). A multiple of 64, so vector loops and their
-# scalar tails cover the same elements as one whole-tensor add (tests/unit/test_fedavg.py).
+# barrier waited for a core (docs/benchmarks.md at 291b5ac2). A multiple of 64, so vector
+# loops and their scalar tails cover the same elements as one whole-tensor add
+# (tests/unit/test_fedavg.py).
 _BLOCK = 32_704
 
 
-# Deltas folded into the float64 accumulator per pass (docs/benchmarks.md, round four):
+# Deltas folded into the float64 accumulator per pass (docs/benchmarks.md at 291b5ac2, round four):
 # one delta at a time moves 20 bytes per element (the float32 delta in, the float64 sum in
 # and out); four at a time, 8. The price is memory: up to FOLD - 1 in-order deltas wait for
 # the rest of their group (or for result()), so the sum holds at most FOLD - 1 deltas more
@@ -77,7 +78,7 @@ def _accumulate(
 
     Parallel with Python threads, not OpenMP: the calling thread takes the first share of
     the blocks and `pool` the others (torch releases the GIL in each add), one wait per
-    tensor instead of one barrier per block. Figures in docs/benchmarks.md.
+    tensor instead of one barrier per block. Figures in docs/benchmarks.md at 291b5ac2.
     """
     for delta, _w in deltas:
         if np.size(delta) != acc.size:  # before any block is added: the sum stays whole

@@ -6,8 +6,8 @@ and a plain step streams its weight-sized tensors six times: the forward reads t
 the input gradient reads them again, the weight gradient is written, and SGD reads the
 gradient and the weights and writes the weights. Writing the update straight into the
 weights from the gradient product, `W.addmm_(grad_out^T, x, alpha=-lr)`, drops the
-gradient's write and read, a third of the layer's traffic (docs/benchmarks.md, "Issue 19,
-round five", has the measurement).
+gradient's write and read, a third of the layer's traffic (docs/benchmarks.md at 291b5ac2,
+"Issue 19, round five", has the measurement).
 
 The math is the same up to float rounding: `W - lr * (g^T x)` rounded once inside the GEMM
 instead of a GEMM and then an axpy (tests/unit/test_fused_sgd.py bounds the difference

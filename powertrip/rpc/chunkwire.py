@@ -3,8 +3,8 @@
 Protobuf's Python API copies a `bytes` field when it is set, when the message is
 serialized, when it is parsed and again each time the field is read: four copies of every
 chunk besides gRPC's own, which made the service path half as fast as gRPC alone
-(`docs/benchmarks.md`). This module writes and reads the *same* protobuf wire format with the
-data copied once on each end:
+(docs/benchmarks.md at 291b5ac2). This module writes and reads the *same* protobuf wire
+format with the data copied once on each end:
 
 * sending: protobuf serializes the chunk's small fields; the data field's tag and length and
   the data itself (a view of the tensor) are joined to them in one copy;

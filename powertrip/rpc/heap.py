@@ -4,7 +4,7 @@ Why: every message of a few hundred KB (a 10,000-site SelectSites is 0.6 MB) is 
 into a fresh protobuf buffer. glibc serves allocations above its mmap threshold with a new
 `mmap`, and it trims freed memory at the top of the heap back to the kernel; either way the
 next buffer's pages fault in again, and serialising costs about ten times what it does
-from a warm heap (figures in `docs/benchmarks.md`).
+from a warm heap (figures in docs/benchmarks.md at 291b5ac2).
 
 Setting the thresholds turns off glibc's own adaptive threshold, so the mmap threshold is set
 to that adaptation's ceiling (32 MiB on 64-bit): model-sized arrays keep coming from the heap

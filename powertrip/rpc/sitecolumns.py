@@ -2,9 +2,9 @@
 
 Why columns: a service that reads 10,000 `SiteProfile` messages pays for every field of
 every message in Python; the same sites as packed columns parse an order of magnitude
-faster and turn into numpy arrays column by column (figures in `docs/benchmarks.md`). The
-profiler answers in columns when asked (`GetProfilesRequest.columnar`), the aggregator
-keeps them, and the policy scores them (`SelectSitesRequest.site_columns`).
+faster and turn into numpy arrays column by column (figures in docs/benchmarks.md at
+291b5ac2). The profiler answers in columns when asked (`GetProfilesRequest.columnar`), the
+aggregator keeps them, and the policy scores them (`SelectSitesRequest.site_columns`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 offset and a checksum. Never pickle; never `repeated float`.
 
 The checksum is CRC-32C (`google-crc32c`, SSE4.2/ARMv8 CRC instructions), several times
-faster than zlib.crc32 (figures in `docs/benchmarks.md`), and a model is checksummed on both
-ends of every transfer. Where google-crc32c has no compiled
+faster than zlib.crc32 (figures in docs/benchmarks.md at 291b5ac2), and a model is
+checksummed on both ends of every transfer. Where google-crc32c has no compiled
 extension (its pure-Python fallback runs at a few MB/s) senders use zlib's CRC32 instead;
 receivers check whichever the chunk carries.
 

@@ -2,8 +2,10 @@
 results/demo/comparison.csv, what `make demo` wrote) and headline claims (the held-out rows
 of results/claims.md), docs/how-it-works.md's rows of the outer study and docs/policies.md's
 rows of the regions study (from results/claims.md), docs/cli.md's list of policies (from the
-policy registry) and its settings table (from powertrip/core/settings.py), each between
-marker lines. `make docs`
+policy registry) and its settings table (from powertrip/core/settings.py), and the speed
+figures of bench/RESULTS.md, docs/performance.md and docs/benchmarks.md (from the committed
+benchmark record, bench/results/results.json, by bench/render.py), each between marker
+lines. `make docs`
 rewrites them; a test (tests/unit/test_docblocks.py) fails when a page says something else.
 
     python -m reproduction.paper.docblocks [--check]
@@ -26,6 +28,9 @@ HOW_DOC = ROOT / "docs" / "how-it-works.md"
 POLICIES_DOC = ROOT / "docs" / "policies.md"
 DEMO = ROOT / "results" / "demo" / "comparison.csv"
 CLAIMS = ROOT / "results" / "claims.md"
+BENCH_RESULTS = ROOT / "bench" / "RESULTS.md"
+PERF_DOC = ROOT / "docs" / "performance.md"
+BENCH_DOC = ROOT / "docs" / "benchmarks.md"
 
 
 def demo_table(path: Path = DEMO) -> str:
@@ -82,14 +87,20 @@ def policy_list() -> str:
 
 def pages() -> dict[Path, dict[str, str]]:
     """Each page with rendered blocks -> its blocks."""
+    from bench import record, render
     from powertrip.app.settingstable import markdown_table
 
     rows = read_claims_markdown(CLAIMS)
+    bench = record.read()
+    speed = {"bench-table": render.table(bench), "bench-runs": render.runs(bench)}
     return {
         README: blocks(),
         CLI_DOC: {"policies": policy_list(), "settings": markdown_table()},
         HOW_DOC: {"outer-rows": claims_table(rows, "outer", OUTER_MARKS)},
         POLICIES_DOC: {"regions-rows": claims_table(rows, "regions", REGIONS_MARKS)},
+        BENCH_RESULTS: speed,
+        PERF_DOC: {"bench-table": speed["bench-table"]},
+        BENCH_DOC: speed,
     }
 
 
@@ -123,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: rendered blocks are stale: run `make docs`", file=sys.stderr)
             return 1
         return 0
-    print(f"docs rendered from results/ and the policy registry: {name} changed")
+    print(f"docs rendered from results/, bench/results/ and the policy registry: {name} changed")
     return 0
 
 

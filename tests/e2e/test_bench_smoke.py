@@ -33,11 +33,14 @@ NEEDS_GPU = {"gpu": "gpu_site_steps_per_s", "qlora": "qlora_base_memory_ratio"}
 
 def test_every_benchmark_runs_at_a_tiny_size_and_reports_its_figures(tmp_path):
     out = tmp_path / "bench.json"
+    committed = ROOT / "bench" / "results" / "results.json"
+    before = committed.read_text()
     done = subprocess.run(
         [sys.executable, "bench/run.py", "--quick", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert committed.read_text() == before, "a --quick run must not touch the committed record"
     results = json.loads(out.read_text())
     missing = [
         f"{bench}: {key} = {results.get(key)!r}"

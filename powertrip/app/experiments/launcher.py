@@ -218,7 +218,7 @@ def _env() -> dict[str, str]:
     # evaluates on every core while other processes (site workers, a second reproduce) may
     # hold them, and spinning threads wait for cores the others need. Evaluating 2,000
     # FEMNIST images on 2 threads beside a reproduce on both cores: 3.2 s spinning, 2.0 s
-    # sleeping, 2.0 s on one thread (docs/benchmarks.md). The numbers do not change.
+    # sleeping, 2.0 s on one thread (docs/benchmarks.md at 291b5ac2). The numbers do not change.
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 

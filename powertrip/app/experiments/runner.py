@@ -198,8 +198,9 @@ def _start_together(
 
     Each process spends about 2 s importing torch and loading data before it can serve or
     register; started one after the other that was about 4 s of every run of `make demo`
-    (docs/benchmarks.md). The aggregator gets a port picked here, so the workers can be given
-    its address at once and wait for it (their Register waits for the channel)."""
+    (docs/benchmarks.md at 291b5ac2). The aggregator gets a port picked here, so the workers
+    can be given its address at once and wait for it (their Register waits for the
+    channel)."""
 
     def spawn_workers(aggregator: ServiceProcess) -> None:
         for name, args in _workers(config, aggregator.target):

@@ -80,7 +80,7 @@ def rank_asc(values: np.ndarray, table: SiteTable) -> np.ndarray:
 
     The alive sites are taken in id order and sorted by value, so a stable sort breaks ties
     by id. Most tables have no ties among the alive sites' values, and then the order is
-    unique: numpy's quicksort finds it faster than a stable sort (`docs/benchmarks.md`),
+    unique: numpy's quicksort finds it faster than a stable sort (docs/benchmarks.md at 291b5ac2),
     which matters because every shadow decision ranks once."""
     candidates = table.alive_by_id
     keys = np.asarray(values)[candidates]
