@@ -363,4 +363,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # everything is written and closed when main returns; a normal interpreter exit would
+    # then spend 0.35 s tearing down torch's modules, on every run's way out
+    exit_now(main())

@@ -25,7 +25,13 @@ FIGURES = {
     "deltawire": ("int8_wire_bytes_ratio", "int8_encode_vs_fp32", "int8_receive_fedavg_vs_fp32"),
     "select": ("select_ms_p99_100", "select_ms_p99_10000"),
     "scale": ("scale_overhead_ms_100", "scale_overhead_ms_1000", "scale_growth_100_to_1000"),
-    "startup": ("run_startup_s", "torch_import_s", "startup_vs_torch_import"),
+    "startup": (
+        "run_startup_s",
+        "run_before_round1_s",
+        "run_after_rounds_s",
+        "torch_import_s",
+        "startup_vs_torch_import",
+    ),
 }
 #: figures that need what a machine may lack, with the figure they give where it has it
 NEEDS_GPU = {"gpu": "gpu_site_steps_per_s", "qlora": "qlora_base_memory_ratio"}
