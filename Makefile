@@ -103,6 +103,7 @@ demo:  ## compare PowerTrip against the paper's baselines on FEMNIST, 100 sites
 # the speed tables from bench/results/results.json (make bench)
 docs: setup  ## render the README's numbers from results/, the speed tables from bench/results/ and docs/cli.md's policy list
 	$(BIN)/python -m reproduction.paper.docblocks
+	$(BIN)/python -m bench.render --write
 
 test: setup  ## the fast tier: every test but the slow end-to-end runs and the replay tier
 	$(BIN)/pytest -q -m "not slow and not replay"
@@ -132,7 +133,7 @@ bench: setup  ## speed figures as ratios against references measured in the same
 	      "will not be measured; fix that and run make bench again"; \
 	fi
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
-	$(BIN)/python -m reproduction.paper.docblocks
+	$(BIN)/python -m bench.render --write
 
 WHEEL_DIR ?= dist
 wheel: setup  ## build a wheel of powertrip into WHEEL_DIR (it carries data/ but the speech clips)

@@ -2,19 +2,22 @@
 (bench/results/results.json, bench/record.py), never typed: one table "figure | value |
 reference (same run) | target | met? | machine | date" and the list of the runs that measured
 them. FIGURES declares every figure's target once; a figure the record lacks reads "not
-measured". `make docs` (reproduction/paper/docblocks.py) writes the table into
-bench/RESULTS.md, docs/performance.md and docs/benchmarks.md.
+measured". `make docs` and `make bench` write the table into bench/RESULTS.md,
+docs/performance.md and docs/benchmarks.md (`--write`).
 
-    python -m bench.render    # print the table
+    python -m bench.render [--write | --check]    # print the table, or write/check the pages
 """
 
 from __future__ import annotations
 
+import argparse
 import operator
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench import record
+from powertrip.app.report.blocks import write_pages
 
 NOT_MEASURED = "not measured"
 
@@ -161,9 +164,32 @@ def runs(rec: dict) -> str:
     return "\n".join(lines) + "\n" if lines else "* (no benchmark recorded yet)\n"
 
 
-def main() -> int:
-    sys.stdout.write(table(record.read()))
-    return 0
+ROOT = Path(__file__).resolve().parents[1]
+#: the pages that show the speed figures, and the blocks each holds
+PAGES = {
+    ROOT / "bench" / "RESULTS.md": ("bench-table", "bench-runs"),
+    ROOT / "docs" / "performance.md": ("bench-table",),
+    ROOT / "docs" / "benchmarks.md": ("bench-table", "bench-runs"),
+}
+
+
+def pages(rec: dict | None = None) -> dict[Path, dict[str, str]]:
+    """Each page -> its rendered blocks, from the committed record."""
+    rec = record.read() if rec is None else rec
+    blocks = {"bench-table": table(rec), "bench-runs": runs(rec)}
+    return {page: {name: blocks[name] for name in names} for page, names in PAGES.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the speed figures, from the record")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--write", action="store_true", help="rewrite the pages' blocks")
+    how.add_argument("--check", action="store_true", help="exit 1 if a page differs")
+    args = parser.parse_args(argv)
+    if not (args.write or args.check):
+        sys.stdout.write(table(record.read()))
+        return 0
+    return write_pages(pages(), ROOT, check=args.check, source="bench/results/results.json")
 
 
 if __name__ == "__main__":

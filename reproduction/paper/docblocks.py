@@ -2,11 +2,10 @@
 results/demo/comparison.csv, what `make demo` wrote) and headline claims (the held-out rows
 of results/claims.md), docs/how-it-works.md's rows of the outer study and docs/policies.md's
 rows of the regions study (from results/claims.md), docs/cli.md's list of policies (from the
-policy registry) and its settings table (from powertrip/core/settings.py), and the speed
-figures of bench/RESULTS.md, docs/performance.md and docs/benchmarks.md (from the committed
-benchmark record, bench/results/results.json, by bench/render.py), each between marker
-lines. `make docs`
-rewrites them; a test (tests/unit/test_docblocks.py) fails when a page says something else.
+policy registry) and its settings table (from powertrip/core/settings.py), each between
+marker lines (powertrip/app/report/blocks.py). `make docs` rewrites them, and the speed
+tables (`python -m bench.render --write`); a test (tests/unit/test_docblocks.py) fails when
+a page says something else.
 
     python -m reproduction.paper.docblocks [--check]
 """
@@ -19,6 +18,7 @@ import sys
 from pathlib import Path
 
 from powertrip.app.report import format_table
+from powertrip.app.report.blocks import replace_blocks, write_pages
 from reproduction.paper.index import headline_markdown, read_claims_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,9 +28,6 @@ HOW_DOC = ROOT / "docs" / "how-it-works.md"
 POLICIES_DOC = ROOT / "docs" / "policies.md"
 DEMO = ROOT / "results" / "demo" / "comparison.csv"
 CLAIMS = ROOT / "results" / "claims.md"
-BENCH_RESULTS = ROOT / "bench" / "RESULTS.md"
-PERF_DOC = ROOT / "docs" / "performance.md"
-BENCH_DOC = ROOT / "docs" / "benchmarks.md"
 
 
 def demo_table(path: Path = DEMO) -> str:
@@ -87,55 +84,27 @@ def policy_list() -> str:
 
 def pages() -> dict[Path, dict[str, str]]:
     """Each page with rendered blocks -> its blocks."""
-    from bench import record, render
     from powertrip.app.settingstable import markdown_table
 
     rows = read_claims_markdown(CLAIMS)
-    bench = record.read()
-    speed = {"bench-table": render.table(bench), "bench-runs": render.runs(bench)}
     return {
         README: blocks(),
         CLI_DOC: {"policies": policy_list(), "settings": markdown_table()},
         HOW_DOC: {"outer-rows": claims_table(rows, "outer", OUTER_MARKS)},
         POLICIES_DOC: {"regions-rows": claims_table(rows, "regions", REGIONS_MARKS)},
-        BENCH_RESULTS: speed,
-        PERF_DOC: {"bench-table": speed["bench-table"]},
-        BENCH_DOC: speed,
     }
 
 
-def render(text: str, contents: dict[str, str]) -> str:
-    """`text` with each marked block replaced; a marker pair that is missing is an error."""
-    for name, body in contents.items():
-        begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
-        if begin not in text or end not in text:
-            raise ValueError(f"no '{begin.strip()}' ... '{end}' block")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + begin + body + end + tail
-    return text
+#: `text` with each marked block replaced (kept under this name for the tests and callers)
+render = replace_blocks
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a page differs")
     args = parser.parse_args(argv)
-    stale = []
-    for page, contents in pages().items():
-        old = page.read_text()
-        new = render(old, contents)
-        if new != old:
-            stale.append(page)
-            if not args.check:
-                page.write_text(new)
-    name = ", ".join(str(p.relative_to(ROOT)) for p in stale) or "nothing"
-    if args.check:
-        if stale:
-            print(f"{name}: rendered blocks are stale: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    print(f"docs rendered from results/, bench/results/ and the policy registry: {name} changed")
-    return 0
+    source = "results/ and the policy registry"
+    return write_pages(pages(), ROOT, check=args.check, source=source)
 
 
 if __name__ == "__main__":

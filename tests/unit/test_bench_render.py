@@ -4,7 +4,10 @@ its same-run reference, its target and whether it is met, with the run's machine
 
 from __future__ import annotations
 
+import pytest
+
 from bench import render
+from powertrip.app.report.blocks import replace_blocks
 
 RECORD = {
     "benchmarks": {
@@ -69,3 +72,12 @@ def test_the_runs_list_names_each_benchmarks_machine_date_and_command():
     text = render.runs(RECORD)
     assert "* `fedavg`: Made-up CPU 4 cores, Linux 6.1; 2026-01-02 03:04:05 UTC; " in text
     assert "`python bench/run.py --only startup`" in text
+
+
+@pytest.mark.parametrize("page", sorted(render.PAGES), ids=lambda p: p.name)
+def test_the_speed_figures_in_the_docs_are_what_the_benchmark_record_says(page):
+    """bench/RESULTS.md, docs/performance.md and docs/benchmarks.md show the committed
+    record's figures (bench/render.py), never typed ones."""
+    text = page.read_text()
+    assert replace_blocks(text, render.pages()[page]) == text, f"{page.name}: run `make docs`"
+    assert "| figure | value | reference (same run) | target | met? |" in text

@@ -38,13 +38,3 @@ def test_a_block_is_replaced_between_its_markers_and_a_missing_one_is_an_error()
     assert D.render(text, {"x": "new\n"}) == "a\n<!-- x:begin -->\nnew\n<!-- x:end -->\nb\n"
     with pytest.raises(ValueError, match="no '<!-- y:begin -->'"):
         D.render(text, {"y": "z\n"})
-
-
-@pytest.mark.parametrize("page", ["BENCH_RESULTS", "PERF_DOC", "BENCH_DOC"])
-def test_the_speed_figures_in_the_docs_are_what_the_benchmark_record_says(page):
-    """bench/RESULTS.md, docs/performance.md and docs/benchmarks.md show the committed
-    record's figures (bench/render.py), never typed ones."""
-    path = getattr(D, page)
-    text = path.read_text()
-    assert D.render(text, D.pages()[path]) == text, f"{path.name} is stale: run `make docs`"
-    assert "| figure | value | reference (same run) | target | met? |" in text
