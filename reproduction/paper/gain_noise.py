@@ -6,12 +6,14 @@ its noise on the static runs, pair by pair: seed s trained at k = small and at k
 shares its data, its sites and its start, so the difference of the two runs' progress is the
 effect of k plus the noise a comparison of two runs really has.
 
-Progress over the first R rounds is (x_R - x_1) / (R - 1), x the held-out accuracy or loss.
-A per-round gain is a difference of two readings, so consecutive gains are negatively
-correlated (an evaluation that reads high makes one gain large and the next small) and their
-sum telescopes: the noise of a run's mean gain falls as 1/R, not 1/sqrt(R) as it would for
-independent gains. Taking the spread of the paired differences across seeds, at the same R,
-keeps that in: it is the run-level noise, with no model of the rounds inside it.
+Progress over the first R rounds is measured from the shared starting model:
+(x_R - x_0) / R, x the held-out accuracy or loss and x_0 the reading of the model both runs
+of a seed start from. x_0 is the same for both, so it cancels in their difference, which is
+(x_R(small) - x_R(large)) / R: one reading of each run. Measuring from round 1 instead,
+(x_R - x_1) / (R - 1), carried two readings of each run, and the round-1 readings of the two
+runs (already apart after one round at different k) made about half of the difference at
+R = 5. Taking the spread of the paired differences across seeds, at the same R, keeps each
+reading's noise in: it is the run-level noise, with no model of the rounds inside it.
 
 At each horizon R (up to the shortest run) the row gives the mean paired difference d, its
 spread sd over seeds, and the pairs of runs that 2 standard errors need, (2 sd / d)^2; the
@@ -34,22 +36,24 @@ HORIZONS = (5, 10, 15, 20, 25, 30)
 Z = 2.0
 
 
-def progress(run: RunResult, column: str, horizon: int) -> float:
-    """(x_R - x_1) / (R - 1) over the run's first `horizon` rounds; nan if it is shorter."""
+def reading(run: RunResult, column: str, horizon: int) -> float:
+    """x_R, the run's reading after round `horizon`; nan if it is shorter."""
     x = run.column(column) if run.rounds else np.array([])
-    if len(x) < horizon or horizon < 2:
+    if len(x) < horizon or horizon < 1:
         return float("nan")
-    return float((x[horizon - 1] - x[0]) / (horizon - 1))
+    return float(x[horizon - 1])
 
 
 def paired_differences(
     small: Mapping[int, RunResult], large: Mapping[int, RunResult], column: str, horizon: int
 ) -> list[float]:
-    """Per seed with both runs at least `horizon` rounds long: progress at k = small minus
-    at k = large."""
+    """Per seed with both runs at least `horizon` rounds long: progress per round from the
+    shared start at k = small minus at k = large, (x_R(small) - x_R(large)) / R (x_0
+    cancels)."""
     diffs = []
     for seed in sorted(set(small) & set(large)):
-        d = progress(small[seed], column, horizon) - progress(large[seed], column, horizon)
+        ours, theirs = reading(small[seed], column, horizon), reading(large[seed], column, horizon)
+        d = (ours - theirs) / horizon
         if np.isfinite(d):
             diffs.append(d)
     return diffs
@@ -97,9 +101,10 @@ def resolution_rows(
                 "; ".join(cells),
                 holds,
                 len(shared),
-                why=f"d: progress per round at k = {small} minus k = {large} over the first R "
-                "rounds, paired by seed; sd its spread over seeds (the telescoping of per-round "
-                f"gains is in it); pairs for 2 se = (2 sd / d)^2; one pair resolves at R = "
+                why=f"d: progress per round from the shared starting model at k = {small} minus "
+                f"k = {large} over the first R rounds, (x_R(k={small}) - x_R(k={large})) / R, "
+                "paired by seed; sd its spread over seeds; pairs for 2 se = (2 sd / d)^2; one "
+                "pair resolves at R = "
                 + (str(first) if first is not None else f"none up to {shortest}"),
             )
         )

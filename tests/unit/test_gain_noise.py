@@ -43,11 +43,16 @@ def _pairs(tmp_path, gain_small, gain_large, noise, rounds=25, seeds=6):
     return runs
 
 
-def test_progress_telescopes_to_the_first_and_last_reading(tmp_path):
-    run = _run(tmp_path, "r", np.array([0.1, 0.5, 0.2, 0.4]), np.array([4.0, 3.0, 3.5, 3.1]))
-    assert G.progress(run, "accuracy", 4) == pytest.approx((0.4 - 0.1) / 3)
-    assert G.progress(run, "loss", 3) == pytest.approx((3.5 - 4.0) / 2)
-    assert np.isnan(G.progress(run, "accuracy", 5))  # shorter than the horizon
+def test_progress_is_measured_from_the_shared_start_so_only_round_r_s_readings_count(tmp_path):
+    """Both runs of a seed start from one model, so x_0 cancels: the paired difference at R
+    is (x_R(small) - x_R(large)) / R, whatever the earlier rounds read."""
+    small = _run(tmp_path, "a", np.array([0.1, 0.5, 0.2, 0.4]), np.array([4.0, 3.0, 3.5, 3.1]))
+    large = _run(tmp_path, "b", np.array([0.3, 0.1, 0.1, 0.2]), np.array([3.0, 3.9, 3.2, 3.3]))
+    assert G.reading(small, "accuracy", 4) == pytest.approx(0.4)
+    assert np.isnan(G.reading(small, "accuracy", 5))  # shorter than the horizon
+    diffs = G.paired_differences({0: small}, {0: large}, "accuracy", 4)
+    assert diffs == [pytest.approx((0.4 - 0.2) / 4)]
+    assert G.paired_differences({0: small}, {0: large}, "loss", 1) == [pytest.approx(1.0)]
     assert G.pairs_to_resolve(0.001, 0.002) == pytest.approx(16.0)  # (2 x 2)^2
     assert G.pairs_to_resolve(0.0, 0.002) == float("inf")
 
