@@ -164,10 +164,48 @@ def runs(rec: dict) -> str:
     return "\n".join(lines) + "\n" if lines else "* (no benchmark recorded yet)\n"
 
 
+#: where the demo's wall goes (bench/demo.py's figures): (figure, what it is); the rest of
+#: the rounds (profiles, selection, dispatch, aggregation) is their wall minus these
+DEMO_PARTS = (
+    ("demo_wall_train_s", "training (dispatch to the last delta in)"),
+    ("demo_wall_eval_s", "held-out evaluation"),
+    ("demo_wall_record_s", "recording (rounds.csv, checkpoints)"),
+)
+
+
+def demo_profile(rec: dict) -> str:
+    """Where the measured demo's wall went, from its runs' wall.csv (bench/demo.py): each
+    phase of its rounds, and what lies outside them (each run's start-up and shutdown, the
+    report)."""
+    found = record.figures(rec)
+    value = {k: v for k, (v, _, _) in found.items() if k.startswith("demo_")}
+    wall, rounds = value.get("demo_wall_s"), value.get("demo_wall_round_s")
+    if not (record.is_number(wall) and record.is_number(rounds)):
+        return (
+            "No demo has been measured with its phases yet "
+            "(`python bench/run.py --only demo --demo`).\n"
+        )
+    parts = [(what, value.get(key)) for key, what in DEMO_PARTS]
+    if not all(record.is_number(v) for _, v in parts):
+        return "The recorded demo has no per-phase figures.\n"
+    rest = rounds - sum(v for _, v in parts)
+    parts += [("the rest of the rounds (profiles, selection, aggregation)", rest),
+              ("outside the rounds (each run's start-up and shutdown, the report)",
+               wall - rounds)]  # fmt: skip
+    lines = ["| where | wall | share |", "|---|---|---|"]
+    lines += [f"| {what} | {number(v, 's')} | {v / wall:.0%} |" for what, v in parts]
+    lines.append(f"| the demo, after set-up | {number(wall, 's')} | 100% |")
+    steps, runs_rounds = value.get("demo_site_steps"), value.get("demo_rounds")
+    if record.is_number(steps) and record.is_number(runs_rounds):
+        lines.append("")
+        lines.append(f"{int(runs_rounds)} rounds, {int(steps):,} site-steps.")
+    return "\n".join(lines) + "\n"
+
+
 ROOT = Path(__file__).resolve().parents[1]
 #: the pages that show the speed figures, and the blocks each holds
 PAGES = {
-    ROOT / "bench" / "RESULTS.md": ("bench-table", "bench-runs"),
+    ROOT / "bench" / "RESULTS.md": ("bench-table", "demo-profile", "bench-runs"),
     ROOT / "docs" / "performance.md": ("bench-table",),
     ROOT / "docs" / "benchmarks.md": ("bench-table", "bench-runs"),
 }
@@ -176,7 +214,7 @@ PAGES = {
 def pages(rec: dict | None = None) -> dict[Path, dict[str, str]]:
     """Each page -> its rendered blocks, from the committed record."""
     rec = record.read() if rec is None else rec
-    blocks = {"bench-table": table(rec), "bench-runs": runs(rec)}
+    blocks = {"bench-table": table(rec), "bench-runs": runs(rec), "demo-profile": demo_profile(rec)}
     return {page: {name: blocks[name] for name in names} for page, names in PAGES.items()}
 
 

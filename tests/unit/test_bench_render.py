@@ -81,3 +81,15 @@ def test_the_speed_figures_in_the_docs_are_what_the_benchmark_record_says(page):
     text = page.read_text()
     assert replace_blocks(text, render.pages()[page]) == text, f"{page.name}: run `make docs`"
     assert "| figure | value | reference (same run) | target | met? |" in text
+
+
+def test_the_demo_profile_splits_its_wall_into_phases_and_outside_the_rounds():
+    figures = {"demo_wall_s": 100.0, "demo_wall_round_s": 80.0, "demo_wall_train_s": 50.0,
+               "demo_wall_eval_s": 20.0, "demo_wall_record_s": 2.0, "demo_rounds": 99,
+               "demo_site_steps": 15210}  # fmt: skip
+    text = render.demo_profile({"benchmarks": {"demo": {"figures": figures}}})
+    assert "| training (dispatch to the last delta in) | 50.0 s | 50% |" in text
+    assert "| the rest of the rounds (profiles, selection, aggregation) | 8.0 s | 8% |" in text
+    assert "start-up and shutdown, the report) | 20.0 s | 20% |" in text
+    assert "99 rounds, 15,210 site-steps." in text
+    assert "No demo has been measured" in render.demo_profile({"benchmarks": {}})
