@@ -28,7 +28,7 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
 class PlainSGD:
     """SGD without momentum or weight decay on CPU parameters: `param.add_(grad, alpha=-lr)`,
     the very update torch.optim.SGD(params, lr) makes there (its single-tensor path), so the
-    bytes are the same (tests/unit/test_training.py). Why not torch's class: building the
+    bytes are the same (tests/unit/test_workloads_models.py). Why not torch's class: building the
     first torch.optim.Optimizer in a process imports torch._dynamo, 1.4 s that was the
     first training step of every site worker of every run."""
 
