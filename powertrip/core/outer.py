@@ -10,10 +10,17 @@ start), in delta terms (torch.optim.SGD(nesterov=True)'s update with g = -delta)
     b_t = mu * b_{t-1} + delta_t
     w_{t+1} = w_t + lr * (delta_t + mu * b_t)
 
-"fedavg" is w + delta exactly (as `fedavg.apply_delta`), with no buffer. Tensors that are not
-floating point (counters) are added as FedAvg adds them. The buffer is part of a run's
-state: the checkpoint carries it (so kill and --resume continue to the same bytes)
-and the audit trail replays it (so `powertrip audit` still recomputes the model).
+FedAvgM (Hsu et al., 2019, arXiv:1909.06335), FedAvg with server momentum, is the tuned
+FedAvg baseline: the same buffer, a heavy-ball step on it (no look-ahead),
+
+    b_t = mu * b_{t-1} + delta_t
+    w_{t+1} = w_t + lr * b_t
+
+so with lr 1 and momentum 0 it is FedAvg to the bit. "fedavg" is w + delta exactly (as
+`fedavg.apply_delta`), with no buffer. Tensors that are not floating point (counters) are
+added as FedAvg adds them. The buffer (nesterov's and fedavgm's) is part of a run's state:
+the checkpoint carries it (so kill and --resume continue to the same bytes) and the audit
+trail replays it (so `powertrip audit` still recomputes the model).
 
 Every operation is one numpy ufunc on the model's own dtype: each element rounds the same
 way on any CPU, so a run repeats byte for byte.
@@ -28,8 +35,11 @@ from typing import Any
 
 import numpy as np
 
-#: "fedavg": w + delta (the paper's method); "nesterov": DiLoCo's outer SGD with momentum
-OUTER_OPTIMIZERS = ("fedavg", "nesterov")
+#: "fedavg": w + delta (the paper's method); "nesterov": DiLoCo's outer SGD with momentum;
+#: "fedavgm": FedAvg with server (heavy-ball) momentum
+OUTER_OPTIMIZERS = ("fedavg", "nesterov", "fedavgm")
+#: the optimizers that keep a momentum buffer and read `outer_lr` and `outer_momentum`
+WITH_MOMENTUM = ("nesterov", "fedavgm")
 #: OpenDiLoCo's outer learning rate and momentum (arXiv:2407.07852, §3)
 OUTER_LR = 0.7
 OUTER_MOMENTUM = 0.9
@@ -40,8 +50,9 @@ Arrays = Mapping[str, np.ndarray]
 @dataclass(frozen=True)
 class OuterStep:
     """The outer optimizer of a run (RunConfig's `outer_optimizer`, `outer_lr`,
-    `outer_momentum`; the last two apply to nesterov only). The optimizer has no default
-    here: RunConfig's is the product's, and a stored run's is `STORED`."""
+    `outer_momentum`; the last two apply to `WITH_MOMENTUM`'s, nesterov and fedavgm). The
+    optimizer has no default here: RunConfig's is the product's, and a stored run's is
+    `STORED`."""
 
     optimizer: str
     lr: float = OUTER_LR
@@ -64,7 +75,7 @@ class OuterStep:
     @property
     def has_state(self) -> bool:
         """Whether the step carries a buffer from round to round."""
-        return self.optimizer == "nesterov"
+        return self.optimizer in WITH_MOMENTUM
 
     def to_json(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "lr": self.lr, "momentum": self.momentum}
@@ -95,7 +106,8 @@ def outer_update(
     """(the next model, the next buffer) from the round's averaged `delta`.
 
     `buffer` is the previous round's (None before the first round, or for fedavg, which
-    keeps none)."""
+    keeps none). nesterov and fedavgm share the buffer; nesterov steps by
+    lr * (delta + mu * b), fedavgm by lr * b."""
     if not step.has_state:  # fedavg.apply_delta's sum; not imported: fedavg needs torch,
         # and the policy and profiler images, which read this module through RunConfig, have none
         return {k: w + delta[k].astype(w.dtype, copy=False) for k, w in weights.items()}, None
@@ -111,9 +123,12 @@ def outer_update(
         else:
             b = np.multiply(buffer[key], w.dtype.type(step.momentum), dtype=w.dtype)
             b = np.add(b, d, dtype=w.dtype)
-        look_ahead = np.add(d, np.multiply(b, w.dtype.type(step.momentum), dtype=w.dtype))
+        if step.optimizer == "nesterov":
+            move = np.add(d, np.multiply(b, w.dtype.type(step.momentum), dtype=w.dtype))
+        else:  # fedavgm: heavy ball, the buffer itself
+            move = b
         new_weights[key] = np.add(
-            w, np.multiply(look_ahead, w.dtype.type(step.lr), dtype=w.dtype), dtype=w.dtype
+            w, np.multiply(move, w.dtype.type(step.lr), dtype=w.dtype), dtype=w.dtype
         )
         new_buffer[key] = b
     return new_weights, new_buffer

@@ -312,17 +312,20 @@ class RunSettings:
         "nesterov", "how the averaged delta moves the model (powertrip/core/outer.py): "
         "nesterov, DiLoCo's outer SGD step with Nesterov momentum, the default by the study "
         "of figure outer (results/claims.md); fedavg adds the average as is (the paper's "
-        "Eq. 2)", choices=outer.OUTER_OPTIMIZERS, later="fedavg", paper="fedavg",
+        "Eq. 2); fedavgm, FedAvg with server (heavy-ball) momentum, the tuned FedAvg "
+        "baseline", choices=outer.OUTER_OPTIMIZERS, later="fedavg", paper="fedavg",
         flower="fedavg", flower_why="a Flower app brings its own model, data and client "
         "optimizer, where DiLoCo's lr 0.7 and momentum 0.9 were chosen on this project's "
         "FEMNIST CNN only; FedAvg's average is what the user's FedAvg did",
     )  # fmt: skip
     outer_lr: float = setting(
-        outer.OUTER_LR, "the nesterov outer step's learning rate (OpenDiLoCo's)",
+        outer.OUTER_LR, "the outer step's learning rate, nesterov and fedavgm only (the "
+        "default OpenDiLoCo's)",
         later=outer.OUTER_LR,
     )  # fmt: skip
     outer_momentum: float = setting(
-        outer.OUTER_MOMENTUM, "the nesterov outer step's momentum (OpenDiLoCo's)",
+        outer.OUTER_MOMENTUM, "the outer step's momentum, nesterov and fedavgm only (the "
+        "default OpenDiLoCo's)",
         later=outer.OUTER_MOMENTUM,
     )  # fmt: skip
     delta_encoding: str = setting(

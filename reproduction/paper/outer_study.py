@@ -24,6 +24,20 @@ Two phases, both stated before any run:
 
     powertrip reproduce --figure outer --only uniform-nesterov-lr0.7-m0.9 --set seed=0 \\
         --seeds 5 --k 3 --no-refine --budget-factor 0 --out results/reproduce
+
+**A tuned FedAvg** (issue #69): FedAvg's own step (lr 1, no momentum) was never tuned, while
+Nesterov's was chosen from a grid of four. FedAvgM (Hsu et al., 2019; `outer_optimizer:
+fedavgm`, server momentum) gets a grid as large, `FEDAVGM_GRID`, on the same training seeds
+0-4 at the same static k*, fixed before any of its runs; the point with the lowest mean time
+to target is FedAvg's strongest reading, the reference the Nesterov step must beat. Its runs
+(the set-ups `FEDAVGM_VARIANTS`, 20 a set-up, ~1 CPU hour each by `--plan`) are not made
+yet:
+
+    powertrip reproduce --figure outer --set seed=0 --seeds 5 --k 4 --no-refine \\
+        --only trace-fedavgm-lr0.7-m0.5,trace-fedavgm-lr0.7-m0.9,trace-fedavgm-lr1-m0.5,\\
+    trace-fedavgm-lr1-m0.9 --budget-factor 0 --out results/reproduce
+
+(one comma list, no spaces; `--k 3` and the uniform-fedavgm-* set-ups for uniform).
 """
 
 from __future__ import annotations
@@ -41,42 +55,31 @@ from powertrip.app.report.figures import new_figure, save_figure
 from powertrip.core.deltacodec import WIRE_SHARE
 from powertrip.core.outer import OUTER_LR, OUTER_MOMENTUM
 from reproduction.paper import heldout
-from reproduction.paper.data import UNIFORM, VariantData, load_variant
-from reproduction.paper.fig12 import TRACE
-from reproduction.paper.paired import paired, relative
+from reproduction.paper.data import VariantData, load_variant
+from reproduction.paper.outer_grid import (
+    BASES,
+    FEDAVGM_VARIANTS,
+    GRID,
+    GRID_VARIANTS,
+    GRIDS,
+    OPTIMIZER_LABEL,
+    chosen,
+    edges,
+    effective_step,
+    grid_means,
+    nesterov,
+    paired_by_seed,
+)
+from reproduction.paper.paired import paired
 
-BASES: tuple[Variant, ...] = (UNIFORM, TRACE)
-#: (outer_lr, outer_momentum): OpenDiLoCo's 0.7 and 0.9, half its learning rate, and a
-#: momentum of 0.5 beside each; fixed before the first run
-GRID: tuple[tuple[float, float], ...] = ((0.35, 0.5), (0.35, 0.9), (0.7, 0.5), (0.7, 0.9))
 #: the product's outer step (`outer_lr`, `outer_momentum`), under which the held-out runs
 #: were made; `chosen` from the grid's runs must equal it
 PRODUCT: tuple[float, float] = (OUTER_LR, OUTER_MOMENTUM)
 #: the points the grid lacks while its winner sits at its edge, and the baseline it lacks: not
 #: run yet, said beside the chosen point
-NOT_RUN = (
-    "the grid's extension (lr 1.0 and 1.4, momentum 0.95) and FedAvg with a tuned server "
-    "lr and momentum (FedAvgM) on a grid as large have not been run yet"
-)
+NOT_RUN = "the grid's extension (lr 1.0 and 1.4, momentum 0.95) has not been run yet"
 
 
-def nesterov(base: Variant, lr: float, momentum: float, int8: bool = False) -> Variant:
-    """`base` with the Nesterov outer step (and int8 deltas)."""
-    name = f"{base.name}-nesterov-lr{lr:g}-m{momentum:g}" + ("-int8" if int8 else "")
-    overrides = {
-        **base.overrides,
-        "outer_optimizer": "nesterov",
-        "outer_lr": lr,
-        "outer_momentum": momentum,
-        **({"delta_encoding": "int8"} if int8 else {}),
-    }
-    label = f"{base.label}, Nesterov outer step (lr {lr:g}, momentum {momentum:g})"
-    return Variant(name, label + (", int8 deltas" if int8 else ""), overrides)
-
-
-GRID_VARIANTS: dict[str, tuple[Variant, ...]] = {
-    b.name: tuple(nesterov(b, lr, mu) for lr, mu in GRID) for b in BASES
-}
 #: set-up -> (the product's step, the product's step with int8 deltas), for the held-out seeds
 HELDOUT_VARIANTS: dict[str, tuple[Variant, Variant]] = {
     b.name: (nesterov(b, *PRODUCT), nesterov(b, *PRODUCT, int8=True)) for b in BASES
@@ -88,6 +91,7 @@ VARIANTS: tuple[Variant, ...] = tuple(
         for v in (
             *(v for vs in GRID_VARIANTS.values() for v in vs),
             *(v for vs in HELDOUT_VARIANTS.values() for v in vs),
+            *(v for vs in FEDAVGM_VARIANTS.values() for v in vs),
         )
     }.values()
 )
@@ -102,6 +106,7 @@ SUITE = Suite(
     ("powertrip", "adaptive", "sweep"),
     variant_arms={
         **{v.name: ("sweep",) for vs in GRID_VARIANTS.values() for v in vs},
+        **{v.name: ("sweep",) for vs in FEDAVGM_VARIANTS.values() for v in vs},
         **{
             v.name: ("powertrip", "adaptive", "sweep")
             for vs in HELDOUT_VARIANTS.values()
@@ -114,8 +119,9 @@ TABLE_TITLE = "Times per seed"
 
 def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
     """Per set-up S: 'S/train' (FedAvg's sweep on seeds 0-4, its k*), 'S/heldout' (FedAvg
-    on seeds 10-14); per grid point G: 'G/train' (static k* on seeds 0-4); per held-out
-    variant H: 'H/heldout'. Set-ups and points without runs are left out."""
+    on seeds 10-14); per grid point G (Nesterov's or FedAvgM's): 'G/train' (static k* on
+    seeds 0-4); per held-out variant H: 'H/heldout'. Set-ups and points without runs are left
+    out."""
     grid = [int(k) for k in meta.get("sweep_k") or []]
     data: dict[str, VariantData] = {}
     for base in BASES:
@@ -125,7 +131,7 @@ def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
         data[f"{base.name}/train"] = train
         data[f"{base.name}/heldout"] = groups["heldout"]
         arm = static_arm(train.kstar).name
-        for v in GRID_VARIANTS[base.name]:
+        for v in (*GRID_VARIANTS[base.name], *FEDAVGM_VARIANTS[base.name]):
             got = load_variant(out, v.name, v.label, [arm], heldout.TRAIN_SEEDS, [])
             if any(got.runs.values()):
                 data[f"{v.name}/train"] = got
@@ -134,22 +140,6 @@ def load(out: Path, meta: Mapping[str, Any]) -> dict[str, VariantData]:
             if any(got.runs.values()):
                 data[f"{v.name}/heldout"] = got
     return data
-
-
-def _paired(
-    a: VariantData, arm_a: str, b: VariantData, arm_b: str
-) -> tuple[list[float], str, list[int]]:
-    """(t_a - t_b) / t_b per seed both finished."""
-    diffs, marks, seeds = [], "", []
-    for seed in sorted(set(a.all_seeds) & set(b.all_seeds)):
-        x, y = heldout.time_of(a, seed, arm_a), heldout.time_of(b, seed, arm_b)
-        if x is None or y is None:
-            continue
-        value, mark = relative(x, y)
-        diffs.append(value)
-        marks += mark
-        seeds.append(seed)
-    return diffs, marks, seeds
 
 
 def _row(claim: str, expect: str, diffs: list[float], marks: str, seeds: list[int], why: str):
@@ -163,49 +153,6 @@ def _row(claim: str, expect: str, diffs: list[float], marks: str, seeds: list[in
         len(seeds),
         why=f"seeds {seeds}; {why}",
     )
-
-
-def grid_means(d: Mapping[str, VariantData], base: str) -> dict[tuple[float, float], float]:
-    """Each grid point's mean (t_nesterov - t_fedavg) / t_fedavg at static k*, seeds 0-4."""
-    train = d.get(f"{base}/train")
-    found = {}
-    for (lr, mu), v in zip(GRID, GRID_VARIANTS[base], strict=True):
-        got = d.get(f"{v.name}/train")
-        if train is None or got is None:
-            continue
-        arm = static_arm(train.kstar).name
-        diffs, _, seeds = _paired(got, arm, train, arm)
-        if len(seeds) == len(heldout.TRAIN_SEEDS):
-            found[(lr, mu)] = float(np.mean(diffs))
-    return found
-
-
-def chosen(d: Mapping[str, VariantData], base: str) -> tuple[float, float] | None:
-    """The grid point with the lowest mean time to target against FedAvg at static k* on the
-    training seeds; None until every point has finished on all of them."""
-    means = grid_means(d, base)
-    if len(means) < len(GRID):
-        return None
-    return min(means, key=means.__getitem__)
-
-
-def edges(point: tuple[float, float]) -> list[str]:
-    """Which ends of the grid `point` sits at ('the largest lr', ...): where the best may lie
-    outside the grid."""
-    out = []
-    for i, name in enumerate(("lr", "momentum")):
-        values = sorted({p[i] for p in GRID})
-        if point[i] == values[-1]:
-            out.append(f"the largest {name} {values[-1]:g}")
-        elif point[i] == values[0]:
-            out.append(f"the smallest {name} {values[0]:g}")
-    return out
-
-
-def effective_step(lr: float, momentum: float) -> float:
-    """lr / (1 - momentum): how far a steady pseudo-gradient moves the model a round; FedAvg's
-    is 1."""
-    return lr / (1.0 - momentum)
 
 
 def _chosen_row(d: Mapping[str, VariantData], base: str, kstar: int) -> C.ClaimRow:
@@ -235,7 +182,70 @@ def _chosen_row(d: Mapping[str, VariantData], base: str, kstar: int) -> C.ClaimR
         "yes" if point == PRODUCT else "no",
         len(heldout.TRAIN_SEEDS),
         why=f"effective step lr / (1 - momentum) {effective_step(*point):g} against FedAvg's 1; "
-        + NOT_RUN,
+        + NOT_RUN + "; " + _fedavgm_status(d, base),
+    )  # fmt: skip
+
+
+def _fedavgm_status(d: Mapping[str, VariantData], base: str) -> str:
+    """What the tuned FedAvg baseline (FedAvgM's grid) says so far, for the chosen row."""
+    point = chosen(d, base, "fedavgm")
+    if point is None:
+        return (
+            "FedAvg with a tuned server lr and momentum (FedAvgM, a grid as large: the rows "
+            "below) has not been run yet"
+        )
+    mean = grid_means(d, base, "fedavgm")[point]
+    return f"FedAvgM's best point lr {point[0]:g}, momentum {point[1]:g} ({mean:+.1%})"
+
+
+def _grid_rows(
+    d: Mapping[str, VariantData], base: str, train: VariantData, optimizer: str
+) -> list[C.ClaimRow]:
+    """One row per point of `optimizer`'s grid: the point against FedAvg at static k*,
+    paired by training seed."""
+    arm = static_arm(train.kstar).name
+    grid, variants = GRIDS[optimizer]
+    expect = {
+        "nesterov": "chooses the outer step (lowest mean)",
+        "fedavgm": "tunes FedAvg (lowest mean: FedAvg's strongest reading)",
+    }[optimizer]
+    rows = []
+    for (lr, mu), v in zip(grid, variants[base], strict=True):
+        got = d.get(f"{v.name}/train")
+        diffs, marks, seeds = paired_by_seed(got, arm, train, arm) if got else ([], "", [])
+        rows.append(_row(
+            f"{base}: {OPTIMIZER_LABEL[optimizer]} (lr {lr:g}, momentum {mu:g}) against FedAvg "
+            f"at static k* = {train.kstar}, training seeds",
+            expect, diffs, marks, seeds,
+            f"time to target, paired by seed; effective step {effective_step(lr, mu):g}",
+        ))  # fmt: skip
+    return rows
+
+
+def _against_tuned_fedavg(d: Mapping[str, VariantData], base: str, kstar: int) -> C.ClaimRow:
+    """The chosen Nesterov point against the chosen FedAvgM point at static k*, paired by
+    training seed: the outer step against FedAvg's strongest reading (both chosen on these
+    seeds, by the same rule, from grids as large)."""
+    arm = static_arm(kstar).name
+    points = {o: chosen(d, base, o) for o in GRIDS}
+    runs = {
+        o: d.get(f"{GRIDS[o][1][base][GRIDS[o][0].index(pt)].name}/train")
+        for o, pt in points.items()
+        if pt is not None
+    }
+    claim = (
+        f"{base}: the chosen Nesterov step against the chosen FedAvgM step (a tuned FedAvg) at "
+        f"static k* = {kstar}, training seeds"
+    )
+    expect = "time to target falls (the outer step beats FedAvg's strongest reading)"
+    if len(runs) < len(GRIDS):
+        return C.ClaimRow("outer", claim, expect, "not run", "n/a", 0)
+    diffs, marks, seeds = paired_by_seed(runs["nesterov"], arm, runs["fedavgm"], arm)
+    return _row(
+        claim, expect, diffs, marks, seeds,
+        f"Nesterov lr {points['nesterov'][0]:g}, momentum {points['nesterov'][1]:g}; FedAvgM "
+        f"lr {points['fedavgm'][0]:g}, momentum {points['fedavgm'][1]:g}; both chosen on these "
+        "seeds",
     )  # fmt: skip
 
 
@@ -245,18 +255,10 @@ def claims(d: Mapping[str, VariantData], meta: Mapping[str, Any]) -> list[C.Clai
         train = d.get(f"{base.name}/train")
         if train is None:
             continue
-        arm = static_arm(train.kstar).name
-        for (lr, mu), v in zip(GRID, GRID_VARIANTS[base.name], strict=True):
-            got = d.get(f"{v.name}/train")
-            diffs, marks, seeds = _paired(got, arm, train, arm) if got else ([], "", [])
-            rows.append(_row(
-                f"{base.name}: Nesterov (lr {lr:g}, momentum {mu:g}) against FedAvg at static "
-                f"k* = {train.kstar}, training seeds",
-                "chooses the outer step (lowest mean)",
-                diffs, marks, seeds,
-                f"time to target, paired by seed; effective step {effective_step(lr, mu):g}",
-            ))  # fmt: skip
+        rows.extend(_grid_rows(d, base.name, train, "nesterov"))
         rows.append(_chosen_row(d, base.name, train.kstar))
+        rows.extend(_grid_rows(d, base.name, train, "fedavgm"))
+        rows.append(_against_tuned_fedavg(d, base.name, train.kstar))
         rows.extend(_heldout_rows(d, base, train))
     return rows
 
@@ -273,14 +275,14 @@ def _heldout_rows(d: Mapping[str, VariantData], base: Variant, train: VariantDat
         what = v.name.removeprefix(base.name + "-")
         rows.append(_row(
             f"{base.name}: {what} against FedAvg, static k* = {k}, held-out seeds",
-            "time to target falls", *_paired(got, arm, fedavg, arm),
+            "time to target falls", *paired_by_seed(got, arm, fedavg, arm),
             "FedAvg runs of figure heldout",
         ))  # fmt: skip
         for policy in heldout.ONLINE:
             rows.append(_row(
                 f"{base.name}: {what}, {policy} against static k* = {k}, held-out seeds",
                 "the gap to static k* under FedAvg (figure heldout's row)",
-                *_paired(got, policy, got, arm), "both under the same outer step",
+                *paired_by_seed(got, policy, got, arm), "both under the same outer step",
             ))  # fmt: skip
         best = [heldout.oracle(got, s) for s in got.seeds]
         ks = [b[0] for b in best if b is not None]
@@ -313,7 +315,7 @@ def _int8_rows(d: Mapping[str, VariantData], base: Variant, k: int) -> list:
             f"{base.name}: int8 deltas against fp32, both under the chosen outer step, {arm}, "
             "held-out seeds",
             "time to target falls (chooses the product's delta_encoding)",
-            *_paired(int8, arm, fp32, arm),
+            *paired_by_seed(int8, arm, fp32, arm),
             "a quarter of the bytes on the wire; chosen on these seeds, so for the encoding "
             "they are not held out",
         )

@@ -38,6 +38,8 @@ RUN_LORA = [
 #: carries the momentum buffer and the audit replays the step on the dequantized deltas;
 #: this one is the paper's FedAvg with fp32 deltas, as configs/reproduce.yaml runs
 RUN_FEDAVG = [*RUN, "--set", "outer_optimizer=fedavg", "--set", "delta_encoding=fp32"]
+#: FedAvg with server momentum (issue #69): the other step whose buffer the checkpoint carries
+RUN_FEDAVGM = [*RUN, "--set", "outer_optimizer=fedavgm", "--set", "outer_lr=1.0"]
 
 
 def _rounds(csv_bytes: bytes, last: int) -> list[bytes]:
@@ -54,8 +56,13 @@ def _needs(run: list[str]) -> list[str]:
 
 @pytest.mark.parametrize(
     "run",
-    [RUN, RUN_FEDAVG, RUN_LORA],
-    ids=["synthetic-nesterov-int8", "synthetic-fedavg-fp32", "shakespeare-lm-lora"],
+    [RUN, RUN_FEDAVG, RUN_FEDAVGM, RUN_LORA],
+    ids=[
+        "synthetic-nesterov-int8",
+        "synthetic-fedavg-fp32",
+        "synthetic-fedavgm-int8",
+        "shakespeare-lm-lora",
+    ],
 )
 def test_aggregator_killed_mid_run_resumes_to_identical_rounds_csv(tmp_path, run):
     run = _needs(run)

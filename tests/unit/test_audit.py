@@ -107,12 +107,13 @@ def test_commit_refuses_a_contributor_without_a_recorded_delta(tmp_path):
         record.commit(["site-000"])
 
 
-def test_replay_takes_the_runs_outer_step_and_its_momentum(tmp_path):
-    """A Nesterov run's audit replays to the bit (outer.json names the step), and the
-    momentum matters: the same deltas under FedAvg give another model."""
+@pytest.mark.parametrize("optimizer", ["nesterov", "fedavgm"])
+def test_replay_takes_the_runs_outer_step_and_its_momentum(tmp_path, optimizer):
+    """A Nesterov (or FedAvgM) run's audit replays to the bit (outer.json names the step),
+    and the momentum matters: the same deltas under FedAvg give another model."""
     from powertrip.core.outer import OuterStep, outer_update
 
-    step = OuterStep("nesterov", 0.7, 0.9)
+    step = OuterStep(optimizer, 0.7, 0.9)
     audit = DeltaAudit(tmp_path)
     weights, buffer = _model(0), None
     audit.start(weights, step)
@@ -128,6 +129,10 @@ def test_replay_takes_the_runs_outer_step_and_its_momentum(tmp_path):
     (tmp_path / "outer.json").unlink()  # read as FedAvg, as audits before the outer step
     as_fedavg, _ = replay(tmp_path)
     assert not np.array_equal(as_fedavg["w"], weights["w"])
+    other = "fedavgm" if optimizer == "nesterov" else "nesterov"  # the other momentum step
+    (tmp_path / "outer.json").write_text(f'{{"optimizer": "{other}", "lr": 0.7, "momentum": 0.9}}')
+    as_other, _ = replay(tmp_path)
+    assert not np.array_equal(as_other["w"], weights["w"])
     (tmp_path / "outer.json").write_text('{"optimizer": "adam", "lr": 1, "momentum": 0}')
     with pytest.raises(AuditError, match="outer_optimizer must be one of"):
         replay(tmp_path)

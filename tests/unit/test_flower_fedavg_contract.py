@@ -275,11 +275,12 @@ def test_site_ids_default_per_node_and_profiles_come_from_node_config():
     assert "needs power-fraction, latency-s" in run.rounds[0].dropped[grid.node_ids[2]]
 
 
-@pytest.mark.parametrize("optimizer", ["fedavg", "nesterov"])
+@pytest.mark.parametrize("optimizer", ["fedavg", "nesterov", "fedavgm"])
 def test_the_outer_step_moves_the_model_by_the_averaged_delta(optimizer):
     """Every node adds its index to the model, so each round's averaged delta is the
     sample-weighted mean index d. FedAvg moves the model by d a round; Nesterov (lr 0.7,
-    momentum 0.9) by lr x (d + mu x b_t), with b_t = d (1 + mu + ... + mu^(t-1))."""
+    momentum 0.9) by lr x (d + mu x b_t), with b_t = d (1 + mu + ... + mu^(t-1)); FedAvgM
+    by lr x b_t."""
     n, rounds, lr, mu = 4, 3, 0.7, 0.9
     grid = StubGrid(client_app(), nodes(n))
     run = strategy("all", min_available_nodes=n, outer_optimizer=optimizer)
@@ -291,13 +292,13 @@ def test_the_outer_step_moves_the_model_by_the_averaged_delta(optimizer):
         expected, buffer = 0.0, 0.0
         for _ in range(rounds):
             buffer = mu * buffer + d
-            expected += lr * (d + mu * buffer)
+            expected += lr * (d + mu * buffer if optimizer == "nesterov" else buffer)
     for array in result.arrays.to_numpy_ndarrays():
         np.testing.assert_allclose(array, expected, rtol=1e-5)
 
 
 def test_a_bad_outer_setting_is_refused_by_name():
-    with pytest.raises(ValueError, match="outer_optimizer must be one of fedavg, nesterov"):
+    with pytest.raises(ValueError, match="must be one of fedavg, nesterov, fedavgm"):
         strategy(outer_optimizer="adam")
     with pytest.raises(ValueError, match=r"outer_momentum: must be in \[0, 1\)"):
         strategy(outer_optimizer="nesterov", outer_momentum=1.0)

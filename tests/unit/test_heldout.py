@@ -5,6 +5,7 @@ the per-seed oracle."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -142,11 +143,47 @@ def test_each_setup_has_its_own_kstar_and_one_without_heldout_runs_is_left_out(t
         )
     d = H.load(tmp_path, {"sweep_k": GRID})
     assert d["trace/train"].kstar == 5 and d["uniform/train"].kstar == 3
-    assert d["trace/heldout"].sweep == [3, 5] and d["trace/heldout"].seeds == list(H.HELDOUT_SEEDS)
+    held = d["trace/heldout"]
+    assert held.sweep == list(H.ORACLE_GRID["trace"]) and held.seeds == list(H.HELDOUT_SEEDS)
     rows = {r.claim: r for r in H.claims(d, {})}
     trace = rows["trace: powertrip against static k* = 5 (chosen on seeds 0-4), held-out seeds"]
     assert trace.holds == "faster" and trace.seeds == 5
+    # the oracle row names the grid and what each seed lacks of it (only 3 and 5 ran here)
+    oracle = rows["trace: powertrip against each seed's own best static k, held-out seeds"]
+    assert "oracle grid [2, 3, 4, 5, 6, 10] (seed 10 lacks k 2, 4, 6, 10;" in oracle.why
     assert len(H.table(d, {})) == 2
+
+
+def test_the_oracle_grid_is_one_per_set_up_for_both_groups(tmp_path):
+    """Issue #69: a held-out seed's own best k comes from the grid a development seed's
+    does, even where a faster k outside it was run on that seed (it is not looked at)."""
+    made_up_sweep(tmp_path, "uniform", list(H.TRAIN_SEEDS), {2: 1.2, 3: 0.9, 5: 1.0})
+    for group in (H.DEV_SEEDS, H.HELDOUT_SEEDS):
+        made_up_sweep(tmp_path, "uniform", list(group), {2: 1.5, 3: 1.0, 5: 0.8, 7: 0.7})
+    d = H.load(tmp_path, {"sweep_k": GRID})
+    for group in ("dev", "heldout"):
+        v = d[f"uniform/{group}"]
+        assert v.sweep == list(H.ORACLE_GRID["uniform"]) == [2, 3, 5]
+        assert all(H.oracle(v, s)[0] == 5 for s in v.all_seeds)  # not k = 7
+        assert H.missing(v, v.all_seeds) == ""
+
+
+def test_the_committed_oracle_grids_are_what_every_development_seed_ran():
+    """ORACLE_GRID, fixed from the development seeds' committed runs: the static k every
+    one of them finished (a grid the held-out seeds are then given)."""
+    from reproduction.paper.data import load_done
+
+    out = Path(__file__).resolve().parents[2] / "results" / "reproduce" / "runs"
+    for setup, grid in H.ORACLE_GRID.items():
+        ran = [
+            {
+                int(p.parent.name.removeprefix("static-k"))
+                for p in (out / setup / f"seed{seed}").glob("static-k*/summary.json")
+                if load_done(p.parent) is not None
+            }
+            for seed in H.DEV_SEEDS
+        ]
+        assert set.intersection(*ran) == set(grid), setup
 
 
 @pytest.mark.parametrize("size", ["size-1gb", "size-2gb"])

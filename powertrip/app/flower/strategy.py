@@ -93,7 +93,8 @@ class PowerTripStrategy(FedAvg):
         did not send in time (0: never; power changes from round to round, §3.1).
       outer_optimizer, outer_lr, outer_momentum: the services' settings (core/outer.py):
         "fedavg" (here the default; the services' is "nesterov": `DEFAULTS_THAT_DIFFER`),
-        the average as is, or "nesterov", DiLoCo's step on the averaged delta.
+        the average as is, "nesterov", DiLoCo's step on the averaged delta, or "fedavgm",
+        FedAvg with server (heavy-ball) momentum.
       out_dir: where decisions.jsonl and rounds.csv go (None: nowhere); `start` refuses a
         directory that holds an earlier run's.
 
