@@ -83,7 +83,7 @@ def resolution_rows(
             rows.append(C.ClaimRow("heldout", claim, paper, "not run", "n/a"))
             continue
         shortest = min(len(r.rounds) for r in (*a.values(), *b.values()))
-        cells, first = [], None
+        cells, first, signs = [], None, []
         for horizon in (h for h in HORIZONS if h <= shortest):
             diffs = np.array(paired_differences(a, b, column, horizon))
             d, sd = float(diffs.mean()), float(diffs.std(ddof=1))
@@ -92,7 +92,12 @@ def resolution_rows(
             )
             if first is None and abs(d) > Z * sd:
                 first = horizon
-        holds = "yes" if first is not None else "no"
+            if first is not None:
+                signs.append((horizon, np.sign(d)))
+        # resolved, and the ordering it resolved stays at every longer horizon: a difference
+        # whose sign flips later told the two k apart by the noise of one stretch of rounds
+        flip = next((h for h, sign in signs if sign != signs[0][1]), None) if signs else None
+        holds = "yes" if first is not None and flip is None else "no"
         rows.append(
             C.ClaimRow(
                 "heldout",
@@ -105,7 +110,8 @@ def resolution_rows(
                 f"k = {large} over the first R rounds, (x_R(k={small}) - x_R(k={large})) / R, "
                 "paired by seed; sd its spread over seeds; pairs for 2 se = (2 sd / d)^2; one "
                 "pair resolves at R = "
-                + (str(first) if first is not None else f"none up to {shortest}"),
+                + (str(first) if first is not None else f"none up to {shortest}")
+                + (f", but the ordering flips by R = {flip}" if flip is not None else ""),
             )
         )
     return rows

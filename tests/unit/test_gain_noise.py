@@ -74,3 +74,20 @@ def test_a_large_difference_is_resolved_and_too_few_seeds_say_not_run(tmp_path):
     assert "one pair resolves at R = 5" in rows[0].why
     few = {k: dict(list(v.items())[:2]) for k, v in runs.items()}
     assert [r.ours for r in G.resolution_rows(few, 5, 10)] == ["not run", "not run"]
+
+
+def test_an_ordering_that_flips_at_a_longer_horizon_does_not_hold(tmp_path):
+    """Resolved at R = 5, reversed by R = 10: one pair did not tell the k apart, the rounds'
+    noise did."""
+    runs = {5: {}, 10: {}}
+    rng = np.random.default_rng(1)
+    for seed in range(6):
+        t = np.arange(1, 26)
+        ahead = np.where(t <= 5, 0.02 * t, 0.1 + 0.005 * (t - 5))  # ahead early, behind late
+        steady = 0.01 * t
+        for k, acc in ((5, ahead), (10, steady)):
+            acc = acc + rng.normal(0, 1e-4, len(t))
+            runs[k][seed] = _run(tmp_path, f"k{k}-s{seed}", acc, 4.0 - acc)
+    row = G.resolution_rows(runs, 5, 10)[0]
+    assert "one pair resolves at R = 5, but the ordering flips by R = " in row.why
+    assert row.holds == "no"
