@@ -25,7 +25,7 @@ Two phases, both stated before any run:
     powertrip reproduce --figure outer --only uniform-nesterov-lr0.7-m0.9 --set seed=0 \\
         --seeds 5 --k 3 --no-refine --budget-factor 0 --out results/reproduce
 
-**A tuned FedAvg** (issue #69): FedAvg's own step (lr 1, no momentum) was never tuned, while
+**A tuned FedAvg**: FedAvg's own step (lr 1, no momentum) was never tuned, while
 Nesterov's was chosen from a grid of four. FedAvgM (Hsu et al., 2019; `outer_optimizer:
 fedavgm`, server momentum) gets a grid as large, `FEDAVGM_GRID`, on the same training seeds
 0-4 at the same static k*, fixed before any of its runs; the point with the lowest mean time

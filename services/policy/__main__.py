@@ -12,7 +12,7 @@ import textwrap
 from powertrip.core.policies import REGISTRY
 from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
-from powertrip.rpc.service import ServeOptions, ServiceSpec, serve, setup_process
+from powertrip.rpc.service import ServeOptions, ServiceSpec, exit_now, serve, setup_process
 from powertrip.rpc.tls import TlsError, load_tls
 from powertrip.v1 import policy_pb2_grpc
 from services.policy.config import DEFAULT_PORT, PolicyConfig, PolicyConfigError, build_parser
@@ -87,4 +87,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # main returns once the server has drained: leave then, without interpreter exit's
+    # join of every executor thread (one stuck in a handler would hold the process)
+    exit_now(main())

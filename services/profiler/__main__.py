@@ -9,7 +9,14 @@ from powertrip.core.envnames import getenv
 from powertrip.core.power import TraceError
 from powertrip.rpc.metrics import service_registry
 from powertrip.rpc.server import CONTROL_MESSAGE_BYTES
-from powertrip.rpc.service import ServiceSpec, base_parser, serve, serve_options, setup_process
+from powertrip.rpc.service import (
+    ServiceSpec,
+    base_parser,
+    exit_now,
+    serve,
+    serve_options,
+    setup_process,
+)
 from powertrip.v1 import profiler_pb2_grpc
 from services.profiler.config import ProfilerConfig
 from services.profiler.profile_book import ProfileBook
@@ -95,4 +102,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # main returns once the server has drained: leave then, without interpreter exit's
+    # join of every executor thread (one stuck in a handler would hold the process)
+    exit_now(main())

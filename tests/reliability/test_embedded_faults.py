@@ -51,6 +51,23 @@ def _processes_of(tag: str, out: Path) -> list[int]:
     return found
 
 
+def _survivors(tag: str, out: Path) -> str:
+    """Each process of the run still there: its state, command and the tail of its log."""
+    lines = []
+    for pid in _processes_of(tag, out):
+        proc = Path("/proc") / str(pid)
+        try:
+            state = next(x for x in (proc / "status").read_text().splitlines() if x[:6] == "State:")
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ")[:160].decode()
+        except (OSError, StopIteration):
+            continue
+        lines.append(f"pid {pid} {state}: {command}")
+    for log in sorted((out / "logs").glob("*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-4:]
+        lines.append(f"{log.name}: " + " | ".join(tail))
+    return "\n".join(lines)
+
+
 @pytest.fixture()
 def tagged(monkeypatch):
     """A run tag in the environment the CLI (and so every service) is started with."""
@@ -125,7 +142,11 @@ def test_sigkill_of_the_cli_takes_its_services_along(tmp_path, tagged):
     finally:
         if cli.poll() is None:
             cli.kill()
-    wait_for(lambda: not _processes_of(tagged, out), 10, "the orphaned services to end")
+    try:
+        # a service drains for up to its grace (5 s) after SIGTERM, on a loaded 2-core machine
+        wait_for(lambda: not _processes_of(tagged, out), 20, "the orphaned services to end")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; still there:\n{_survivors(tagged, out)}") from None
     # the orphaned aggregator leaves at once rather than starting the next round against
     # services that are stopping (it outlived the 10 s above on a CI machine)
     log = (out / "logs" / "aggregator.log").read_text()
