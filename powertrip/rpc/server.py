@@ -7,7 +7,9 @@ metrics on its own port, and on SIGTERM/SIGINT drains in-flight calls before sto
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -170,12 +172,27 @@ def start_server(
 def handle_stop_signals(done: threading.Event) -> threading.Event:
     """SIGTERM/SIGINT set `done` from now on. A service calls this before it starts serving
     (and before it prints its port), so a signal that arrives while it starts up drains it
-    like any other instead of killing it mid-start."""
+    like any other instead of killing it mid-start.
+
+    The handler only writes the signal's number to a pipe; a watcher thread logs it and sets
+    `done`. Python runs a handler on the main thread between two bytecodes, possibly while
+    that thread holds `done`'s own lock (waking up inside `done.wait()`): a handler that
+    called `done.set()` there waited for itself forever. A site worker that got SIGTERM
+    twice within 4 ms hung so, with its run long over."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
 
     def _handle(signum, _frame):
-        log.info("signal %s: draining", signal.Signals(signum).name)
-        done.set()
+        with contextlib.suppress(OSError):  # a full pipe: the watcher has bytes to read
+            os.write(write_fd, bytes([signum]))
 
+    def _watch() -> None:
+        while data := os.read(read_fd, 64):
+            for signum in data:
+                log.info("signal %s: draining", signal.Signals(signum).name)
+            done.set()
+
+    threading.Thread(target=_watch, name="stop-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
     return done
@@ -184,8 +201,9 @@ def handle_stop_signals(done: threading.Event) -> threading.Event:
 def wait_for_termination(
     running: RunningServer, grace_s: float = 5.0, stop_event: threading.Event | None = None
 ) -> None:
-    """Block until SIGTERM/SIGINT (or `stop_event`), then shut down gracefully."""
-    done = handle_stop_signals(stop_event or threading.Event())
+    """Block until SIGTERM/SIGINT (or `stop_event`, whose signals its maker handles with
+    `handle_stop_signals`), then shut down gracefully."""
+    done = stop_event if stop_event is not None else handle_stop_signals(threading.Event())
     done.wait()
     running.stop(grace_s)
     log.info("stopped")
