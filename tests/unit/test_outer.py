@@ -23,6 +23,26 @@ def _arrays(seed: int) -> dict[str, np.ndarray]:
     }
 
 
+def _five_rounds_beside_torch(step: OuterStep, *, nesterov: bool):
+    """Five outer steps of `step` on float weights, and torch's SGD with the same lr and
+    momentum stepping on the pseudo-gradient g = -delta beside them: (weights, buffer,
+    torch's parameters by key, torch's optimizer)."""
+    weights = {k: v for k, v in _arrays(0).items() if k != "steps"}
+    params = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in weights.items()}
+    sgd = torch.optim.SGD(
+        list(params.values()), lr=step.lr, momentum=step.momentum, nesterov=nesterov
+    )
+    buffer = None
+    for r in range(5):
+        delta = {k: v for k, v in _arrays(10 + r).items() if k in weights}
+        weights, buffer = outer_update(weights, delta, buffer, step)
+        sgd.zero_grad()
+        for key, param in params.items():
+            param.grad = torch.from_numpy(-delta[key])
+        sgd.step()
+    return weights, buffer, params, sgd
+
+
 def test_fedavg_is_apply_delta_bit_for_bit_and_keeps_no_buffer():
     weights, delta = _arrays(0), _arrays(1)
     new, buffer = outer_update(weights, delta, None, OuterStep("fedavg"))
@@ -35,17 +55,7 @@ def test_fedavg_is_apply_delta_bit_for_bit_and_keeps_no_buffer():
 def test_nesterov_matches_torch_sgd_on_the_pseudo_gradient(lr, momentum):
     """Five rounds against torch's own Nesterov SGD stepping on g = -delta."""
     step = OuterStep("nesterov", lr, momentum)
-    weights = {k: v for k, v in _arrays(0).items() if k != "steps"}
-    params = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in weights.items()}
-    sgd = torch.optim.SGD(list(params.values()), lr=lr, momentum=momentum, nesterov=True)
-    buffer = None
-    for r in range(5):
-        delta = {k: v for k, v in _arrays(10 + r).items() if k in weights}
-        weights, buffer = outer_update(weights, delta, buffer, step)
-        sgd.zero_grad()
-        for key, param in params.items():
-            param.grad = torch.from_numpy(-delta[key])
-        sgd.step()
+    weights, buffer, params, sgd = _five_rounds_beside_torch(step, nesterov=True)
     for key, param in params.items():
         np.testing.assert_allclose(weights[key], param.detach().numpy(), rtol=1e-5, atol=1e-6)
         assert weights[key].dtype == np.float32
@@ -66,17 +76,7 @@ def test_fedavgm_matches_torch_sgd_heavy_ball_on_the_pseudo_gradient(lr, momentu
     """Five rounds against torch's own SGD with (heavy-ball) momentum stepping on g = -delta:
     b_t = mu b_{t-1} + delta_t, w_{t+1} = w_t + lr b_t (Hsu et al., 2019)."""
     step = OuterStep("fedavgm", lr, momentum)
-    weights = {k: v for k, v in _arrays(0).items() if k != "steps"}
-    params = {k: torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in weights.items()}
-    sgd = torch.optim.SGD(list(params.values()), lr=lr, momentum=momentum)
-    buffer = None
-    for r in range(5):
-        delta = {k: v for k, v in _arrays(10 + r).items() if k in weights}
-        weights, buffer = outer_update(weights, delta, buffer, step)
-        sgd.zero_grad()
-        for key, param in params.items():
-            param.grad = torch.from_numpy(-delta[key])
-        sgd.step()
+    weights, buffer, params, sgd = _five_rounds_beside_torch(step, nesterov=False)
     for key, param in params.items():
         np.testing.assert_allclose(weights[key], param.detach().numpy(), rtol=1e-5, atol=1e-6)
         assert weights[key].dtype == np.float32
